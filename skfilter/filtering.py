@@ -1,0 +1,102 @@
+"""The filtering engine: one step is predict → linearise → weight → update (DESIGN.md).
+
+:class:`OnlineFilter` ties a model adapter (:mod:`skfilter.models`), a likelihood
+(:mod:`skfilter.likelihoods`), a posterior structure (:mod:`skfilter.posteriors`) and the dynamics
+``θ_t = γ θ_{t−1} + N(0, q I)`` (static by default). For a batch of ``B`` rows it
+
+1. linearises ``h`` at the predicted mean ``μ⁻ = γ μ``: outputs ``f`` and Jacobians ``J``;
+2. optionally records the one-step-ahead predictive of those rows from the predicted belief
+   (``f`` and ``J Σ⁻ Jᵀ``), before their targets are used (prequential evaluation);
+3. whitens the observation through the likelihood, scales it by ``√w`` (a weight ``w`` scales
+   ``R`` by ``1/w``), and stacks the ``B·m`` pseudo-observation rows;
+4. asks the structure for the predicted-and-updated belief and commits it, together with the
+   likelihood's noise state, only if the step succeeded.
+
+A failed step raises :class:`~skfilter.exceptions.FilterStepError` with the belief after the last
+good step left in place.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .exceptions import FilterStepError
+
+
+class OnlineFilter:
+    """Runs filter steps over a stream of rows.
+
+    Parameters
+    ----------
+    adapter : skfilter.models.ModuleAdapter
+    likelihood : skfilter.likelihoods.Likelihood
+    posterior : skfilter.posteriors.Posterior
+    decay, process_noise : float
+        ``γ`` and ``q`` of the dynamics.
+    noise_state : dict or None
+        The likelihood's observation-noise state (Gaussian ``r``).
+    """
+
+    def __init__(self, adapter, likelihood, posterior, decay=1.0, process_noise=0.0, noise_state=None):
+        self.adapter = adapter
+        self.likelihood = likelihood
+        self.posterior = posterior
+        self.decay = float(decay)
+        self.process_noise = float(process_noise)
+        self.noise_state = noise_state
+
+    def step(self, X, Y, w=None, record=False):
+        """One filter step on rows ``X (B, D)``, targets ``Y (B, C)``, weights ``w (B,)`` or None.
+
+        Returns ``(f, var, noise_state)`` of the one-step-ahead predictive when ``record`` (model
+        output ``f (B, C)``, the epistemic variances ``diag(J Σ⁻ Jᵀ) (B, C)``, and the noise state
+        that held before this step), else ``None``.
+        """
+        post, gamma, q = self.posterior, self.decay, self.process_noise
+        mu_pred = post.mean * gamma if gamma != 1.0 else post.mean
+        f, J = self.adapter.forward_jacobian(mu_pred, X)
+        noise = self.likelihood.next_state(self.noise_state, f, Y, w)
+        Hw, ew = self.likelihood.whiten(f, J, Y, noise)
+        if w is not None:
+            sw = w.sqrt()
+            Hw = Hw * sw[:, None, None]
+            ew = ew * sw[:, None]
+        P = Hw.shape[-1]
+        pending, quad = post.propose(Hw.reshape(-1, P), ew.reshape(-1), gamma, q, J if record else None)
+        post.commit(pending)
+        old_noise, self.noise_state = self.noise_state, noise
+        if record:
+            return f, quad.diagonal(dim1=1, dim2=2), old_noise
+        return None
+
+    def run(self, X, Y, w=None, batch_size=1, record=False, progress=None):
+        """Filter the rows of ``X`` in order, ``batch_size`` rows per step.
+
+        Returns ``(n_done, records)``; ``records`` is ``(f (n, C), var (n, C))`` of one-step-ahead
+        predictives when ``record`` (with the noise variance each step used for its prediction added
+        by the caller), else ``None``. On a failed step, raises
+        :class:`~skfilter.exceptions.FilterStepError` whose ``rows_done`` is the number of rows learned.
+        """
+        n = X.shape[0]
+        f_all = var_all = noise_all = None
+        if record:
+            C = Y.shape[1]
+            f_all = torch.empty(n, C, device=X.device, dtype=X.dtype)
+            var_all = torch.empty(n, C, device=X.device, dtype=X.dtype)
+            noise_all = []
+        i = 0
+        try:
+            while i < n:
+                j = min(i + batch_size, n)
+                out = self.step(X[i:j], Y[i:j], None if w is None else w[i:j], record)
+                if record:
+                    f_all[i:j], var_all[i:j] = out[0], out[1]
+                    noise_all.append((i, j, out[2]))
+                i = j
+                if progress is not None:
+                    progress(j)
+        except FilterStepError as exc:
+            exc.step = i
+            exc.rows_done = i
+            raise
+        return n, ((f_all, var_all, noise_all) if record else None)

@@ -1,0 +1,171 @@
+"""Likelihoods (the *likelihood* axis, M.1): moment-matched linear-Gaussian observations.
+
+Every likelihood turns the model output ``f = h(μ⁻, x)`` (outputs or logits, ``(n, C)``), its
+Jacobian ``J = ∂f/∂θ`` (``(n, C, P)``) and the target into a **whitened pseudo-observation**
+``(Hw, ew)`` with unit noise: the linearised model ``A T(y) ≈ A ŷ + A H (θ − μ⁻) + N(0, I)`` with
+``AᵀA = R⁺`` (spec/diagonal-ekf.md §2.3, spec/lofi.md §3). Every posterior structure then applies
+one update, ``Hw ∈ R^{m×P}, ew ∈ R^m``, whatever the likelihood; a weight ``w`` (``sample_weight``,
+or later a robust weight) scales ``R`` by ``1/w``, i.e. ``Hw, ew`` by ``√w``.
+
+The canonical-link families use ``H = R J`` (the derivative of the mean is the variance), so:
+
+=============  ====================  ============================  =====================================
+family         mean ``ŷ``            ``Hw``                        ``ew``
+=============  ====================  ============================  =====================================
+Gaussian       ``f``                 ``J / √r``                    ``(y − f) / √r``
+Bernoulli      ``p = σ(f)``          ``√(p(1−p)) J``               ``(y − p) / √(p(1−p))``
+Categorical    ``p = softmax(f)``    ``Sᵀ J``, ``S = (I − p1ᵀ)D^½`` ``e / √p`` (any solution of S ẽ = e)
+Poisson        ``λ = exp(f)``        ``√λ J``                      ``(y − λ) / √λ``
+=============  ====================  ============================  =====================================
+
+Categorical (spec/lofi.md §3, option d): ``S Sᵀ = diag(p) − ppᵀ = R``, so ``HwᵀHw = Jᵀ R J`` (the
+Fisher / GGN) and ``Hwᵀ ew = Jᵀ S ẽ = Jᵀ e = Hᵀ R⁺ e`` because ``1ᵀe = 0``: the exact pseudo-inverse
+update, without ever inverting the singular ``R``. The innovation covariance ``I + Hw Σ Hwᵀ`` is
+always positive definite.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def _tiny(dtype):
+    return torch.finfo(dtype).eps ** 2
+
+
+class Likelihood:
+    """Base class. Subclasses implement :meth:`mean` and :meth:`whiten`."""
+
+    #: number of model outputs per observation; ``None`` = any
+    n_outputs = None
+
+    def mean(self, f: torch.Tensor) -> torch.Tensor:
+        """Mean of the target given model output ``f`` (plug-in)."""
+        raise NotImplementedError
+
+    def whiten(self, f, J, Y, state=None):
+        """Whitened pseudo-observation ``(Hw (n, m, P), ew (n, m))`` (see module docstring)."""
+        raise NotImplementedError
+
+    # observation-noise state (only the Gaussian likelihood has one)
+    def initial_state(self, n_outputs, device, dtype):
+        return None
+
+    def next_state(self, state, f, Y, w):
+        return state
+
+
+class Gaussian(Likelihood):
+    """Gaussian likelihood ``y ~ N(h(θ, x), diag(r))``.
+
+    Parameters
+    ----------
+    obs_variance : float, array of shape (C,), or 'adaptive'
+        Fixed observation variance(s), or ``'adaptive'`` for the online estimate of
+        spec/lofi.md §2.9 (C.2): ``r̂_t = (1 − ε_t) r̂_{t−1} + ε_t mean_c (y_c − ŷ_c)²`` with
+        ``ε_t = max(eps_min, w_t / Σ_{s≤t} w_s)`` (``1/t`` without weights), using the
+        prior-predictive residual, floored at ``min_variance``; ``r̂_t`` is then used for the update
+        of step ``t`` (so ``r̂_0`` is irrelevant, as in the paper).
+    """
+
+    def __init__(self, obs_variance=1.0, eps_min=0.0, min_variance=1e-6):
+        self.obs_variance = obs_variance
+        self.adaptive = isinstance(obs_variance, str)
+        self.eps_min = float(eps_min)
+        self.min_variance = float(min_variance)
+
+    def initial_state(self, n_outputs, device, dtype):
+        """``{'r': (C,) variances, 'weight': Σ w}``."""
+        if self.adaptive:
+            r = torch.ones(n_outputs, device=device, dtype=dtype)
+        else:
+            r = torch.as_tensor(self.obs_variance, device=device, dtype=dtype).reshape(-1)
+            r = r.expand(n_outputs).clone() if r.numel() == 1 else r.clone()
+        return {"r": r, "weight": torch.zeros((), device=device, dtype=dtype)}
+
+    def next_state(self, state, f, Y, w):
+        """Online estimate C.2 (eq. 66, mean over outputs as the reference code); fixed r: unchanged."""
+        if not self.adaptive:
+            return state
+        r, total = state["r"], state["weight"]
+        resid2 = ((Y - f) ** 2).mean(dim=1)  # (n,)
+        w = torch.ones_like(resid2) if w is None else w
+        for i in range(resid2.shape[0]):  # a batch is folded in row by row (B is small)
+            total = total + w[i]
+            eps = torch.where(total > 0, w[i] / total.clamp_min(_tiny(r.dtype)), torch.zeros_like(total))
+            eps = torch.clamp(eps, min=self.eps_min) if self.eps_min > 0 else eps
+            r = ((1 - eps) * r + eps * resid2[i]).clamp_min(self.min_variance)
+        return {"r": r, "weight": total}
+
+    def mean(self, f):
+        return f
+
+    def whiten(self, f, J, Y, state):
+        s = state["r"].rsqrt()
+        return J * s[None, :, None], (Y - f) * s
+
+    def aleatoric_variance(self, f, state):
+        """Observation-noise variance of each output, ``(n, C)``."""
+        return state["r"].expand_as(f)
+
+
+class Bernoulli(Likelihood):
+    """Bernoulli likelihood with a single logit: ``y ~ Bern(σ(f))``, ``R = p(1 − p)``, ``H = R J``."""
+
+    n_outputs = 1
+
+    def mean(self, f):
+        return torch.sigmoid(f)
+
+    def whiten(self, f, J, Y, state=None):
+        p = torch.sigmoid(f)
+        v = (p * (1 - p)).clamp_min(_tiny(f.dtype))
+        sv = v.sqrt()
+        return J * sv.unsqueeze(-1), (Y - p) / sv
+
+
+class Categorical(Likelihood):
+    """Categorical likelihood over ``C`` logits with the exact logit-space update (module docstring)."""
+
+    def mean(self, f):
+        return torch.softmax(f, dim=-1)
+
+    def whiten(self, f, J, Y, state=None):
+        p = torch.softmax(f, dim=-1)
+        sp = p.clamp_min(_tiny(f.dtype)).sqrt()
+        pJ = torch.einsum("nc,ncp->np", p, J)  # pᵀJ for each row
+        Hw = sp.unsqueeze(-1) * (J - pJ.unsqueeze(1))
+        return Hw, (Y - p) / sp
+
+
+class Poisson(Likelihood):
+    """Poisson likelihood with log link: ``y ~ Poisson(exp f)``, ``R = λ``, ``H = λ J``."""
+
+    #: log-rates are clipped here before exponentiation to keep ``λ`` finite
+    max_log_rate = 30.0
+
+    def mean(self, f):
+        return torch.exp(f.clamp(max=self.max_log_rate))
+
+    def whiten(self, f, J, Y, state=None):
+        lam = self.mean(f).clamp_min(_tiny(f.dtype))
+        sl = lam.sqrt()
+        return J * sl.unsqueeze(-1), (Y - lam) / sl
+
+    def aleatoric_variance(self, f, state):
+        return self.mean(f)
+
+
+def probit_probabilities(f: torch.Tensor, var: torch.Tensor, binary: bool) -> torch.Tensor:
+    """Generalised probit predictive (spec/lofi.md §2.8 B.2, eq. 64).
+
+    ``p ≈ softmax(f_c / √(1 + π v_c / 8))`` with ``v_c = [F Σ Fᵀ]_cc``; for one logit
+    ``p₁ = σ(f / √(1 + π v / 8))``. Returns class probabilities ``(n, K)`` (``K = 2`` if ``binary``).
+    """
+    z = f / torch.sqrt(1.0 + (math.pi / 8.0) * var)
+    if binary:
+        p1 = torch.sigmoid(z[:, :1])
+        return torch.cat([1 - p1, p1], dim=1)
+    return torch.softmax(z, dim=-1)

@@ -1,0 +1,355 @@
+"""Measurement models ``h(θ, x)`` over a flat parameter vector (the *model* axis of DESIGN.md).
+
+A filter keeps a Gaussian belief over one flat vector ``θ`` of shape ``(P,)``. This module maps any
+:class:`torch.nn.Module` to that view:
+
+* :class:`ModuleAdapter` — the general path. ``forward(θ, X)`` is a functional call of the module
+  with its parameters replaced by views into ``θ``; ``forward_jacobian(θ, X)`` returns the outputs and
+  the per-row Jacobians ``∂h(θ, x_i)/∂θ`` of shape ``(n, C, P)`` using ``torch.func`` (``jacrev``
+  vectorised over rows by ``vmap``).
+* :class:`MLPAdapter` — a fused fast path for a :class:`torch.nn.Sequential` of ``Linear`` layers and
+  element-wise activations (the default model). Forward pass and Jacobian are written by hand: with
+  ``z_l = W_l a_{l-1} + b_l`` and ``a_l = φ(z_l)``, the back-propagated sensitivities are
+  ``δ_L = I_C`` and ``δ_{l} = (δ_{l+1} W_{l+1}) ⊙ φ'(z_l)``, and the Jacobian blocks are
+  ``∂f/∂W_l = δ_l ⊗ a_{l-1}`` and ``∂f/∂b_l = δ_l``, written straight into one ``(n, C, P)`` buffer.
+
+The flat order is that of ``module.named_parameters()`` (for ``nn.Linear``: weight row-major, then
+bias), so ``θ`` can be written back into the module with :meth:`ModuleAdapter.write_to_module`.
+
+The default network (:func:`make_mlp`) uses LeCun-normal weights (truncated normal, variance
+``1/fan_in``, as the papers' flax models) and zero biases (spec/lofi.md §2.0).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+from torch import nn
+
+ACTIVATIONS = {
+    "relu": nn.ReLU,
+    "tanh": nn.Tanh,
+    "logistic": nn.Sigmoid,
+    "identity": nn.Identity,
+    "elu": nn.ELU,
+}
+
+# std of a standard normal truncated to [-2, 2]; dividing by it makes the truncated draw unit-variance
+_TRUNC_STD = 0.87962566103423978
+
+
+def lecun_normal_(weight: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Fill ``weight`` (``(out, in)``) with LeCun-normal values: truncated normal, Var = 1/fan_in."""
+    fan_in = weight.shape[1]
+    std = math.sqrt(1.0 / fan_in) / _TRUNC_STD
+    with torch.no_grad():
+        weight.normal_(0.0, 1.0, generator=generator)
+        # resample the (rare) values outside [-2, 2] standard deviations
+        for _ in range(100):
+            bad = weight.abs() > 2.0
+            if not bool(bad.any()):
+                break
+            weight[bad] = torch.randn(int(bad.sum()), generator=generator, dtype=weight.dtype,
+                                      device=weight.device)
+        weight.mul_(std)
+    return weight
+
+
+def make_mlp(n_inputs: int, hidden_layer_sizes, n_outputs: int, activation: str = "relu",
+             seed: int = 0) -> nn.Sequential:
+    """Build the default MLP ``n_inputs → hidden… → n_outputs`` with LeCun-normal weights, zero biases.
+
+    Parameters
+    ----------
+    n_inputs, n_outputs : int
+        Input and output widths.
+    hidden_layer_sizes : sequence of int
+        Width of each hidden layer (may be empty: a linear model).
+    activation : {'relu', 'tanh', 'logistic', 'identity', 'elu'}
+        Hidden-layer non-linearity.
+    seed : int
+        Seed of the weight draw.
+
+    Returns
+    -------
+    torch.nn.Sequential
+        In float64 on the CPU; the caller moves it.
+
+    Examples
+    --------
+    >>> from skfilter.models import make_mlp
+    >>> net = make_mlp(8, (50,), 1, "relu", seed=0)
+    >>> sum(p.numel() for p in net.parameters())
+    501
+    """
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}.")
+    gen = torch.Generator().manual_seed(int(seed))
+    sizes = [int(n_inputs), *[int(h) for h in hidden_layer_sizes], int(n_outputs)]
+    layers: list[nn.Module] = []
+    for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        lin = nn.Linear(fan_in, fan_out, dtype=torch.float64)
+        lecun_normal_(lin.weight.data, gen)
+        nn.init.zeros_(lin.bias)
+        layers.append(lin)
+        if i < len(sizes) - 2:
+            layers.append(ACTIVATIONS[activation]())
+    return nn.Sequential(*layers)
+
+
+class ModuleAdapter:
+    """Flat-parameter functional view of a torch module (general path, ``torch.func``).
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        Used as is (the caller copies it); moved to ``device``/``dtype`` and put in eval mode.
+    device : torch.device
+    dtype : torch.dtype
+
+    Attributes
+    ----------
+    n_params : int
+        ``P``, the length of ``θ``.
+    n_outputs : int
+        ``C``, the width of the module's output (a 1-d output counts as one).
+    """
+
+    def __init__(self, module: nn.Module, device: torch.device, dtype: torch.dtype, n_inputs: int):
+        self.module = module.to(device=device, dtype=dtype).eval()
+        self.device, self.dtype = device, dtype
+        self._names, self._shapes, self._numels = [], [], []
+        for name, p in self.module.named_parameters():
+            self._names.append(name)
+            self._shapes.append(tuple(p.shape))
+            self._numels.append(p.numel())
+        if not self._names:
+            raise ValueError("The module has no parameters to learn.")
+        self.n_params = int(sum(self._numels))
+        self._offsets = [0]
+        for k in self._numels:
+            self._offsets.append(self._offsets[-1] + k)
+        self._buffers = dict(self.module.named_buffers())
+        with torch.no_grad():
+            probe = self.forward(self.initial_theta(), torch.zeros(1, n_inputs, device=device, dtype=dtype))
+        self.n_outputs = int(probe.shape[1])
+
+    # -- flat θ ------------------------------------------------------------------------------
+    def initial_theta(self) -> torch.Tensor:
+        """The module's current weights as one flat vector (a copy): the prior mean."""
+        return torch.cat([p.detach().reshape(-1) for p in self.module.parameters()]).clone()
+
+    def unflatten(self, theta: torch.Tensor) -> dict:
+        """Views of ``θ`` shaped as the module's parameters, keyed by name."""
+        return {
+            name: theta[a:b].view(shape)
+            for name, shape, a, b in zip(self._names, self._shapes, self._offsets[:-1], self._offsets[1:])
+        }
+
+    def write_to_module(self, theta: torch.Tensor) -> nn.Module:
+        """Copy ``θ`` into the module's parameters and return the module."""
+        with torch.no_grad():
+            for p, a, b in zip(self.module.parameters(), self._offsets[:-1], self._offsets[1:]):
+                p.copy_(theta[a:b].view_as(p))
+        return self.module
+
+    # -- h(θ, X) and its Jacobian ------------------------------------------------------------
+    def _call(self, theta, X):
+        params = self.unflatten(theta)
+        if self._buffers:
+            params = {**params, **self._buffers}
+        return torch.func.functional_call(self.module, params, (X,))
+
+    def forward(self, theta: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+        """``h(θ, X)`` with shape ``(n, C)``."""
+        out = self._call(theta, X)
+        return out.reshape(X.shape[0], -1)
+
+    def forward_batch(self, thetas: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+        """``h(θ_s, X)`` for S parameter vectors ``thetas`` (S, P): shape ``(S, n, C)``."""
+        return torch.stack([self.forward(t, X) for t in thetas])
+
+    def forward_jacobian(self, theta: torch.Tensor, X: torch.Tensor):
+        """Outputs ``(n, C)`` and Jacobians ``∂h(θ, x_i)/∂θ`` of shape ``(n, C, P)`` at ``θ``."""
+
+        def single(th, x):
+            out = self._call(th, x.unsqueeze(0)).reshape(-1)
+            return out, out
+
+        jac, out = torch.func.vmap(torch.func.jacrev(single, has_aux=True), in_dims=(None, 0))(theta, X)
+        return out.detach(), jac.detach()
+
+
+class MLPAdapter(ModuleAdapter):
+    """Fused forward pass and Jacobian for ``Sequential(Linear, act, …, Linear)`` (see module doc).
+
+    Supported activations: ReLU, Tanh, Sigmoid, Identity, ELU(alpha=1). Use :func:`make_adapter`,
+    which picks this path when the module qualifies and the general one otherwise.
+    """
+
+    def __init__(self, module: nn.Sequential, device, dtype, n_inputs: int):
+        children = list(module.children())
+        self._acts = [type(m) for m in children[1::2]]
+        self._layer_shapes = [tuple(m.weight.shape) for m in children[0::2]]
+        super().__init__(module, device, dtype, n_inputs)
+
+    @staticmethod
+    def supports(module: nn.Module) -> bool:
+        """Whether ``module`` is a plain MLP the fused path can differentiate."""
+        if type(module) is not nn.Sequential:
+            return False
+        children = list(module.children())
+        if len(children) % 2 == 0:
+            return False
+        for i, m in enumerate(children):
+            if i % 2 == 0:
+                if type(m) is not nn.Linear or m.bias is None:
+                    return False
+            elif type(m) not in _DERIVATIVES or (type(m) is nn.ELU and m.alpha != 1.0):
+                return False
+        names = [n for n, _ in module.named_parameters()]
+        expected = [f"{i}.{k}" for i in range(0, len(children), 2) for k in ("weight", "bias")]
+        return names == expected
+
+    def _weights(self, theta):
+        out, k = [], 0
+        for o, i in self._layer_shapes:
+            W = theta[k:k + o * i].view(o, i)
+            k += o * i
+            b = theta[k:k + o]
+            k += o
+            out.append((W, b))
+        return out
+
+    def forward(self, theta, X):
+        layers = self._weights(theta)
+        a = X
+        for l, (W, b) in enumerate(layers):
+            a = torch.addmm(b, a, W.t())
+            if l < len(layers) - 1:
+                a = _ACT_FWD[self._acts[l]](a)
+        return a
+
+    def forward_batch(self, thetas, X):
+        """``h(θ_s, X)`` for S parameter vectors at once with batched matmuls: ``(S, n, C)``."""
+        a = X.unsqueeze(0)
+        k = 0
+        n_layers = len(self._layer_shapes)
+        for l, (o, i) in enumerate(self._layer_shapes):
+            W = thetas[:, k:k + o * i].view(-1, o, i)
+            k += o * i
+            b = thetas[:, k:k + o]
+            k += o
+            a = torch.baddbmm(b.unsqueeze(1), a.expand(W.shape[0], -1, -1), W.transpose(1, 2))
+            if l < n_layers - 1:
+                a = _ACT_FWD[self._acts[l]](a)
+        return a
+
+    def forward_jacobian(self, theta, X):
+        layers = self._weights(theta)
+        n_layers = len(layers)
+        n = X.shape[0]
+        acts, pre = [X], []
+        a = X
+        for l, (W, b) in enumerate(layers):
+            z = torch.addmm(b, a, W.t())
+            if l < n_layers - 1:
+                pre.append(z)
+                a = _ACT_FWD[self._acts[l]](z)
+                acts.append(a)
+        out = z
+        C = out.shape[1]
+        P = self.n_params
+        J = torch.empty(n, C, P, device=X.device, dtype=X.dtype)
+        # offsets of each layer's weight block
+        offs, k = [], 0
+        for o, i in self._layer_shapes:
+            offs.append(k)
+            k += o * i + o
+        # last layer: ∂f_c/∂W_L[c', j] = 1{c=c'} a_{L-1}[j], ∂f_c/∂b_L[c'] = 1{c=c'}
+        o, i = self._layer_shapes[-1]
+        k = offs[-1]
+        a_last = acts[-1]
+        if C == 1:
+            J[:, 0, k:k + i] = a_last
+            J[:, 0, k + i] = 1.0
+        else:
+            blk = J[:, :, k:k + o * i + o]
+            blk.zero_()
+            wblk = blk[:, :, : o * i].unflatten(-1, (o, i))
+            wblk.diagonal(dim1=1, dim2=2).copy_(a_last.unsqueeze(-1).expand(n, i, C))
+            blk[:, :, o * i:].diagonal(dim1=1, dim2=2).fill_(1.0)
+        # hidden layers, backwards: δ_l = (δ_{l+1} W_{l+1}) ⊙ φ'(z_l)
+        delta = None
+        for l in range(n_layers - 2, -1, -1):
+            W_next = layers[l + 1][0]
+            d_act = _ACT_DERIV[self._acts[l]](pre[l], acts[l + 1])
+            if delta is None:
+                delta = W_next.unsqueeze(0) if d_act is None else W_next.unsqueeze(0) * d_act.unsqueeze(1)
+                delta = delta.expand(n, C, -1)
+            else:
+                delta = torch.matmul(delta, W_next)
+                if d_act is not None:
+                    delta = delta * d_act.unsqueeze(1)
+            o, i = self._layer_shapes[l]
+            k = offs[l]
+            torch.mul(delta.unsqueeze(-1), acts[l].unsqueeze(1).unsqueeze(1),
+                      out=J[:, :, k:k + o * i].unflatten(-1, (o, i)))
+            J[:, :, k + o * i:k + o * i + o] = delta
+        return out, J
+
+
+def _elu(z):
+    return torch.nn.functional.elu(z)
+
+
+_ACT_FWD = {
+    nn.ReLU: torch.relu,
+    nn.Tanh: torch.tanh,
+    nn.Sigmoid: torch.sigmoid,
+    nn.Identity: lambda z: z,
+    nn.ELU: _elu,
+}
+
+# φ'(z) from the pre-activation z and activation a = φ(z); None means 1 (identity)
+_DERIVATIVES = {
+    nn.ReLU: lambda z, a: (z > 0).to(z.dtype),
+    nn.Tanh: lambda z, a: 1.0 - a * a,
+    nn.Sigmoid: lambda z, a: a * (1.0 - a),
+    nn.Identity: lambda z, a: None,
+    nn.ELU: lambda z, a: torch.where(z > 0, torch.ones_like(a), a + 1.0),
+}
+_ACT_DERIV = _DERIVATIVES
+
+
+def make_adapter(module: nn.Module, device, dtype, n_inputs: int, fused: bool = True) -> ModuleAdapter:
+    """Wrap ``module`` in the fused :class:`MLPAdapter` when it qualifies, else :class:`ModuleAdapter`."""
+    if fused and MLPAdapter.supports(module):
+        return MLPAdapter(module, device, dtype, n_inputs)
+    return ModuleAdapter(module, device, dtype, n_inputs)
+
+
+def build_module(module, module_kwargs: dict, *, n_inputs: int, n_outputs: int,
+                 hidden_layer_sizes, activation: str, seed: int) -> nn.Module:
+    """Resolve an estimator's ``module`` parameter into a fresh module instance.
+
+    * ``None``: the default MLP (:func:`make_mlp`), seeded by ``seed``.
+    * a :class:`torch.nn.Module` subclass: instantiated with ``module_kwargs`` (the estimator's
+      ``module__<name>`` parameters) under ``torch`` RNG state seeded by ``seed``.
+    * an instance: deep-copied; its current weights are the prior mean and are never re-initialised.
+    """
+    if module is None:
+        if module_kwargs:
+            raise ValueError("module__* parameters were given but module is None.")
+        return make_mlp(n_inputs, hidden_layer_sizes, n_outputs, activation, seed)
+    if isinstance(module, type) and issubclass(module, nn.Module):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return module(**module_kwargs)
+    if isinstance(module, nn.Module):
+        if module_kwargs:
+            raise ValueError("module__* parameters only apply when module is a class, not an instance.")
+        return copy.deepcopy(module)
+    raise TypeError(f"module must be None, a torch.nn.Module subclass or instance; got {module!r}.")
