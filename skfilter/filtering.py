@@ -45,12 +45,14 @@ class OnlineFilter:
         self.process_noise = float(process_noise)
         self.noise_state = noise_state
 
-    def step(self, X, Y, w=None, record=False):
+    def step(self, X, Y, w=None, record=None):
         """One filter step on rows ``X (B, D)``, targets ``Y (B, C)``, weights ``w (B,)`` or None.
 
-        Returns ``(f, var, noise_state)`` of the one-step-ahead predictive when ``record`` (model
-        output ``f (B, C)``, the epistemic variances ``diag(J Σ⁻ Jᵀ) (B, C)``, and the noise state
-        that held before this step), else ``None``.
+        ``record``, if given, is called as ``record(X, f, quad, noise_state)`` with the
+        one-step-ahead predictive of these rows — model output ``f (B, C)`` and ``J Σ⁻ Jᵀ``
+        ``(B, C, C)`` at the predicted belief, and the noise state that held before this step —
+        after the new belief is computed and before it is installed (so ``self.posterior`` still
+        holds the previous belief); its return value is returned.
         """
         post, gamma, q = self.posterior, self.decay, self.process_noise
         mu_pred = post.mean * gamma if gamma != 1.0 else post.mean
@@ -62,36 +64,29 @@ class OnlineFilter:
             Hw = Hw * sw[:, None, None]
             ew = ew * sw[:, None]
         P = Hw.shape[-1]
-        pending, quad = post.propose(Hw.reshape(-1, P), ew.reshape(-1), gamma, q, J if record else None)
+        want = record is not None
+        pending, quad = post.propose(Hw.reshape(-1, P), ew.reshape(-1), gamma, q, J if want else None)
+        out = record(X, f, quad, self.noise_state) if want else None
         post.commit(pending)
-        old_noise, self.noise_state = self.noise_state, noise
-        if record:
-            return f, quad.diagonal(dim1=1, dim2=2), old_noise
-        return None
+        self.noise_state = noise
+        return out
 
-    def run(self, X, Y, w=None, batch_size=1, record=False, progress=None):
+    def run(self, X, Y, w=None, batch_size=1, record=None, progress=None):
         """Filter the rows of ``X`` in order, ``batch_size`` rows per step.
 
-        Returns ``(n_done, records)``; ``records`` is ``(f (n, C), var (n, C))`` of one-step-ahead
-        predictives when ``record`` (with the noise variance each step used for its prediction added
-        by the caller), else ``None``. On a failed step, raises
-        :class:`~skfilter.exceptions.FilterStepError` whose ``rows_done`` is the number of rows learned.
+        Returns the outputs of ``record`` (see :meth:`step`) concatenated over rows, or ``None``.
+        On a failed step, raises :class:`~skfilter.exceptions.FilterStepError` whose ``rows_done``
+        is the number of rows learned before it; the belief after those rows is kept.
         """
         n = X.shape[0]
-        f_all = var_all = noise_all = None
-        if record:
-            C = Y.shape[1]
-            f_all = torch.empty(n, C, device=X.device, dtype=X.dtype)
-            var_all = torch.empty(n, C, device=X.device, dtype=X.dtype)
-            noise_all = []
+        outs = []
         i = 0
         try:
             while i < n:
                 j = min(i + batch_size, n)
                 out = self.step(X[i:j], Y[i:j], None if w is None else w[i:j], record)
-                if record:
-                    f_all[i:j], var_all[i:j] = out[0], out[1]
-                    noise_all.append((i, j, out[2]))
+                if record is not None:
+                    outs.append(out)
                 i = j
                 if progress is not None:
                     progress(j)
@@ -99,4 +94,6 @@ class OnlineFilter:
             exc.step = i
             exc.rows_done = i
             raise
-        return n, ((f_all, var_all, noise_all) if record else None)
+        if record is None:
+            return None
+        return torch.cat(outs) if outs else None

@@ -1,0 +1,161 @@
+"""Classification targets: Bernoulli / Categorical likelihoods and class-probability predictives."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from sklearn.base import ClassifierMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted
+
+from ._estimator import _check_int, _numpy
+from .likelihoods import Bernoulli, Categorical, probit_probabilities
+
+_CLASSIFICATION_PREDICTIVES = ("probit", "plugin", "mc")
+
+
+class FilterClassifierMixin(ClassifierMixin):
+    """Targets, likelihood and predictive of the filter classifiers.
+
+    The module outputs logits: one per class (Categorical likelihood with the exact logit-space
+    update, spec/lofi.md §3), or a single logit for two classes (Bernoulli). The default MLP has a
+    single logit for two classes, as :class:`~sklearn.neural_network.MLPClassifier`.
+
+    Class probabilities (``predictive`` parameter; spec/lofi.md §2.8):
+
+    * ``'probit'`` — generalised probit approximation of ``E[softmax(f)]`` under the linearised
+      ``f ~ N(h(μ, x), J Σ Jᵀ)`` (B.2, eq. 64);
+    * ``'plugin'`` — ``softmax(h(μ, x))``;
+    * ``'mc'`` — average of ``softmax(h(θ_s, x))`` over ``n_mc_samples`` draws ``θ_s ~ N(μ, Σ)``.
+    """
+
+    def _check_target_params(self):
+        if self.predictive not in _CLASSIFICATION_PREDICTIVES:
+            raise ValueError(f"predictive must be one of {_CLASSIFICATION_PREDICTIVES}, got {self.predictive!r}.")
+        _check_int(self.n_mc_samples, "n_mc_samples", 1)
+        return {}
+
+    def _y_validation_kwargs(self):
+        return {}
+
+    def _encode_targets(self, y, first, classes=None):
+        check_classification_targets(y)
+        if first:
+            if classes is None:
+                classes = np.unique(y)
+            else:
+                classes = np.unique(np.asarray(classes))
+            if len(classes) < 2:
+                raise ValueError(
+                    f"{type(self).__name__} needs at least two classes; got one class only: {classes!r}."
+                )
+            self.classes_ = classes
+        elif classes is not None and not np.array_equal(np.unique(np.asarray(classes)), self.classes_):
+            raise ValueError(f"classes={classes!r} differs from the classes of the first call, {self.classes_!r}.")
+        unseen = np.setdiff1d(np.unique(y), self.classes_)
+        if unseen.size:
+            raise ValueError(f"y contains labels {unseen!r} that are not in classes_ {self.classes_!r}.")
+        return np.searchsorted(self.classes_, y)
+
+    def _n_model_outputs(self):
+        K = len(self.classes_)
+        return 1 if K == 2 else K
+
+    def _check_module_outputs(self, n_outputs):
+        K = len(self.classes_)
+        if n_outputs != K and not (K == 2 and n_outputs == 1):
+            raise ValueError(
+                f"The module has {n_outputs} output(s); {K} classes need {K} logits"
+                + (" or a single logit." if K == 2 else ".")
+            )
+
+    def _make_likelihood(self, n_outputs, cfg):
+        return Bernoulli() if n_outputs == 1 else Categorical()
+
+    def _target_matrix(self, index):
+        if self._adapter.n_outputs == 1:
+            return index.reshape(-1, 1).astype(np.float64)
+        return np.eye(len(self.classes_))[index]
+
+    # -- predictive -----------------------------------------------------------------------------
+    def _summarize(self, f, var, noise_state, kind):
+        """Class probabilities ``(n, K)`` (class docstring)."""
+        binary = f.shape[-1] == 1
+
+        def probs(logits):
+            if binary:
+                p1 = torch.sigmoid(logits)
+                return torch.cat([1 - p1, p1], dim=-1)
+            return torch.softmax(logits, dim=-1)
+
+        if kind == "mc":
+            return probs(f).mean(0)
+        if kind == "plugin":
+            return probs(f)
+        return probit_probabilities(f, var, binary)
+
+    def predict_proba(self, X):
+        """Posterior-predictive class probabilities.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        proba : ndarray of shape (n_samples, n_classes)
+            Columns in the order of ``classes_``.
+        """
+        return _numpy(self._predictive_summary(self._predict_tensor(X)))
+
+    def predict_log_proba(self, X):
+        """Logarithm of :meth:`predict_proba`."""
+        with np.errstate(divide="ignore"):
+            return np.log(self.predict_proba(X))
+
+    def predict(self, X):
+        """Most probable class under the posterior predictive.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        y : ndarray of shape (n_samples,)
+        """
+        check_is_fitted(self)
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+
+    def partial_fit(self, X, y, classes=None, sample_weight=None):
+        """Continue learning from ``(X, y)`` (one pass, in row order).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+        classes : array-like of shape (n_classes,), default=None
+            All the classes of the stream; required on the first call, optional afterwards.
+        sample_weight : array-like of shape (n_samples,), default=None
+
+        Returns
+        -------
+        self : object
+        """
+        if not hasattr(self, "posterior_") and classes is None:
+            raise ValueError("classes must be passed on the first call to partial_fit.")
+        self._fit(X, y, sample_weight, reset=False, classes=classes, n_epochs=1)
+        return self
+
+    def _prequential_output(self, rec, return_std, method):
+        if return_std:
+            raise ValueError("return_std is only available for regressors.")
+        proba = _numpy(rec)
+        if method == "predict_proba":
+            return proba
+        if method == "predict_log_proba":
+            with np.errstate(divide="ignore"):
+                return np.log(proba)
+        if method == "predict":
+            return self.classes_[np.argmax(proba, axis=1)]
+        raise ValueError(f"method must be 'predict', 'predict_proba' or 'predict_log_proba', got {method!r}.")

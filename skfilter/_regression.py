@@ -1,0 +1,199 @@
+"""Regression targets: Gaussian or Poisson likelihood, posterior-predictive moments and samples."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import torch
+from sklearn.base import RegressorMixin
+from sklearn.utils.validation import check_is_fitted
+
+from ._estimator import _check_int, _numpy
+from ._utils import seed_from_random_state, torch_generator
+from .likelihoods import Gaussian, Poisson
+
+_REGRESSION_LIKELIHOODS = ("gaussian", "poisson")
+_REGRESSION_PREDICTIVES = ("linearized", "plugin", "mc")
+
+
+class FilterRegressorMixin(RegressorMixin):
+    """Targets, likelihood and predictive of the filter regressors.
+
+    Predictive moments of ``y`` at a new input (``predictive`` parameter; spec/lofi.md §2.8):
+
+    * ``'linearized'`` — ``h`` linearised at the posterior mean: ``f ~ N(h(μ, x), J Σ Jᵀ)``.
+      Gaussian: mean ``h(μ, x)``, variance ``J Σ Jᵀ + r``. Poisson (log link): the rate
+      ``λ = exp f`` is log-normal, mean ``m = exp(h + v/2)``, epistemic variance ``(eᵛ − 1) m²``,
+      plus the Poisson variance ``m``.
+    * ``'plugin'`` — the network at the posterior mean; epistemic variance 0.
+    * ``'mc'`` — ``n_mc_samples`` parameter draws ``θ_s ~ N(μ, Σ)`` (fixed per fitted estimator, so
+      predictions are deterministic): sample mean and variance of the output, plus the noise.
+    """
+
+    def _check_target_params(self):
+        if self.likelihood not in _REGRESSION_LIKELIHOODS:
+            raise ValueError(f"likelihood must be one of {_REGRESSION_LIKELIHOODS}, got {self.likelihood!r}.")
+        if self.predictive not in _REGRESSION_PREDICTIVES:
+            raise ValueError(f"predictive must be one of {_REGRESSION_PREDICTIVES}, got {self.predictive!r}.")
+        _check_int(self.n_mc_samples, "n_mc_samples", 1)
+        r = self.obs_variance
+        if isinstance(r, str):
+            if r != "adaptive":
+                raise ValueError(f"obs_variance must be positive, an array of positive values or 'adaptive', got {r!r}.")
+        else:
+            if isinstance(r, bool) or not (isinstance(r, numbers.Real) or hasattr(r, "__len__")):
+                raise TypeError(f"obs_variance must be a positive number, array or 'adaptive', got {r!r}.")
+            arr = np.asarray(r, dtype=np.float64)
+            if arr.ndim > 1 or arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+                raise ValueError(f"obs_variance must be positive and finite (a scalar or a 1-d array), got {r!r}.")
+        return {}
+
+    def _y_validation_kwargs(self):
+        return {"multi_output": True, "y_numeric": True}
+
+    def _encode_targets(self, y, first, classes=None):
+        y = np.asarray(y, dtype=np.float64)
+        width = 1 if y.ndim == 1 else y.shape[1]
+        if first:
+            self._y_ndim = y.ndim
+            self.n_outputs_ = width
+        elif width != self.n_outputs_:
+            raise ValueError(f"y has {width} output(s) but the estimator was fitted with {self.n_outputs_}.")
+        if self.likelihood == "poisson" and np.any(y < 0):
+            raise ValueError("The Poisson likelihood needs non-negative targets (counts).")
+        r = self.obs_variance
+        if self.likelihood == "gaussian" and not isinstance(r, str) and np.ndim(r) == 1 and len(r) != width:
+            raise ValueError(f"obs_variance has {len(r)} entries but y has {width} output(s).")
+        return y.reshape(y.shape[0], width)
+
+    def _n_model_outputs(self):
+        return self.n_outputs_
+
+    def _check_module_outputs(self, n_outputs):
+        if n_outputs != self.n_outputs_:
+            raise ValueError(f"The module has {n_outputs} output(s) but y has {self.n_outputs_}.")
+
+    def _make_likelihood(self, n_outputs, cfg):
+        if self.likelihood == "poisson":
+            return Poisson()
+        return Gaussian(self.obs_variance)
+
+    def partial_fit(self, X, y, sample_weight=None):
+        """Continue learning from ``(X, y)`` (one pass, in row order); the first call starts from the prior.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+        sample_weight : array-like of shape (n_samples,), default=None
+
+        Returns
+        -------
+        self : object
+        """
+        self._fit(X, y, sample_weight, reset=False, n_epochs=1)
+        return self
+
+    # -- predictive -----------------------------------------------------------------------------
+    def _summarize(self, f, var, noise_state, kind):
+        """``(n, 3C)``: mean, epistemic variance, aleatoric variance of ``y`` (class docstring)."""
+        poisson = self.likelihood == "poisson"
+        if kind == "mc":
+            out = self._likelihood.mean(f) if poisson else f
+            mean, epi = out.mean(0), out.var(0, correction=0)
+        elif kind == "plugin":
+            mean, epi = self._likelihood.mean(f), torch.zeros_like(f)
+        else:
+            if poisson:
+                var = var.clamp(max=60.0)
+                mean = torch.exp((f + var / 2).clamp(max=self._likelihood.max_log_rate))
+                epi = torch.expm1(var) * mean * mean
+            else:
+                mean, epi = f, var
+        alea = mean if poisson else self._likelihood.aleatoric_variance(mean, noise_state)
+        return torch.cat([mean, epi, alea], dim=1)
+
+    def _shape_output(self, a):
+        return a[:, 0] if self._y_ndim == 1 else a
+
+    def predict(self, X, return_std=False, include_noise=True):
+        """Posterior-predictive mean of ``y`` (and its standard deviation).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        return_std : bool, default=False
+            Also return the standard deviation of the posterior predictive of ``y``.
+        include_noise : bool, default=True
+            Whether that standard deviation includes the observation noise (the posterior
+            predictive of ``y``) or is only the epistemic part (uncertainty about ``h(θ, x)``).
+
+        Returns
+        -------
+        y_mean : ndarray of shape (n_samples,) or (n_samples, n_outputs)
+        y_std : ndarray of the same shape
+            Only when ``return_std``.
+        """
+        Xt = self._predict_tensor(X)
+        summary = self._predictive_summary(Xt)
+        C = self.n_outputs_
+        mean = self._shape_output(_numpy(summary[:, :C]))
+        if not return_std:
+            return mean
+        var = summary[:, C:2 * C] + (summary[:, 2 * C:] if include_noise else 0.0)
+        return mean, self._shape_output(_numpy(var.clamp_min(0).sqrt()))
+
+    def sample_y(self, X, n_samples=1, random_state=None):
+        """Draw from the posterior predictive of ``y``: ``θ_s ~ N(μ, Σ)``, then ``y ~ p(y | h(θ_s, x))``.
+
+        One parameter draw is shared by all rows of ``X`` (a function draw, as for a Gaussian
+        process), so samples are correlated across inputs as the belief implies.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples_X, n_features)
+        n_samples : int, default=1
+        random_state : int, RandomState instance or None, default=None
+
+        Returns
+        -------
+        y_samples : ndarray of shape (n_samples_X, n_samples) or (n_samples_X, n_outputs, n_samples)
+        """
+        n_samples = _check_int(n_samples, "n_samples", 1)
+        Xt = self._predict_tensor(X)
+        seed = seed_from_random_state(random_state)
+        gen = torch_generator(seed, self._device)
+        with torch.no_grad():
+            thetas = self.posterior_.sample(n_samples, gen)
+            f = self._adapter.forward_batch(thetas, Xt)  # (S, n, C)
+            if self.likelihood == "poisson":
+                y = torch.poisson(self._likelihood.mean(f), generator=gen)
+            else:
+                r = self._noise_state["r"]
+                y = f + r.sqrt() * torch.randn(f.shape, generator=gen, device=f.device, dtype=f.dtype)
+        y = _numpy(y).transpose(1, 2, 0)  # (n, C, S)
+        return y[:, 0, :] if self._y_ndim == 1 else y
+
+    @property
+    def obs_variance_(self):
+        """Observation-noise variance per output used by the next step (fixed or online estimate)."""
+        check_is_fitted(self)
+        if self.likelihood != "gaussian":
+            raise AttributeError("obs_variance_ exists only for the Gaussian likelihood.")
+        return _numpy(self._noise_state["r"]).copy()
+
+    def _prequential_output(self, rec, return_std, method):
+        C = self.n_outputs_
+        mean = self._shape_output(_numpy(rec[:, :C]))
+        if method != "predict":
+            raise ValueError(f"method must be 'predict' for a regressor, got {method!r}.")
+        if not return_std:
+            return mean
+        return mean, self._shape_output(_numpy((rec[:, C:2 * C] + rec[:, 2 * C:]).clamp_min(0).sqrt()))
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        tags.target_tags.single_output = True
+        return tags
