@@ -65,7 +65,7 @@ class Gaussian(Likelihood):
     obs_variance : float, array of shape (C,), or 'adaptive'
         Fixed observation variance(s), or ``'adaptive'`` for the online estimate of
         spec/lofi.md §2.9 (C.2): ``r̂_t = (1 − ε_t) r̂_{t−1} + ε_t mean_c (y_c − ŷ_c)²`` with
-        ``ε_t = max(eps_min, w_t / Σ_{s≤t} w_s)`` (``1/t`` without weights), using the
+        ``ε_t = max(eps_min, w_t / Σ_{s≤t} w_s)`` for a row with ``w_t > 0`` (``1/t`` without weights; a zero-weight row leaves ``r̂`` unchanged), using the
         prior-predictive residual, floored at ``min_variance``; ``r̂_t`` is then used for the update
         of step ``t`` (so ``r̂_0`` is irrelevant, as in the paper).
     """
@@ -95,7 +95,8 @@ class Gaussian(Likelihood):
         for i in range(resid2.shape[0]):  # a batch is folded in row by row (B is small)
             total = total + w[i]
             eps = torch.where(total > 0, w[i] / total.clamp_min(_tiny(r.dtype)), torch.zeros_like(total))
-            eps = torch.clamp(eps, min=self.eps_min) if self.eps_min > 0 else eps
+            if self.eps_min > 0:  # the floor applies to rows that count (w > 0) only
+                eps = torch.where(w[i] > 0, eps.clamp(min=self.eps_min), eps)
             r = ((1 - eps) * r + eps * resid2[i]).clamp_min(self.min_variance)
         return {"r": r, "weight": total}
 

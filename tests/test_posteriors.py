@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from skfilter.exceptions import FilterStepError
 from skfilter.filtering import OnlineFilter
-from skfilter.likelihoods import Bernoulli, Categorical, Gaussian, Poisson
+from skfilter.likelihoods import Bernoulli, Categorical, Gaussian, Poisson, probit_probabilities
 from skfilter.models import make_adapter, make_mlp
 from skfilter.posteriors import DiagonalCovariance, FullCovariance
 
@@ -38,7 +38,7 @@ STRUCTURES = ["full", "fd", "vd", "vd-exact"]
 # helpers
 # ---------------------------------------------------------------------------------------------
 def _t(a):
-    return torch.as_tensor(np.asarray(a), dtype=F64)
+    return torch.tensor(np.asarray(a, dtype=np.float64))  # a copy
 
 
 def _make_posterior(kind, mean, prior_variance):
@@ -542,6 +542,64 @@ def test_categorical_stream_equals_pseudo_inverse_ekf(batch_size):
     np.testing.assert_allclose(post.covariance().numpy(), Sig, rtol=1e-9, atol=1e-10)
 
 
+@pytest.mark.parametrize("gap", [5.0, 40.0, 400.0])
+def test_categorical_update_is_exact_for_saturated_softmax(gap):
+    """The observed class has probability down to 1e-174: the update still equals the information form
+    Σ' = (Σ⁻¹ + Jᵀ R J)⁻¹, μ' = μ + Σ' Jᵀ (y − p), although ew = e/√p is huge for that class."""
+    rng = np.random.default_rng(int(gap))
+    K, P = 4, 6
+    f = np.array([gap, 0.0, 0.5, -0.3])
+    J = rng.normal(size=(K, P))
+    y = np.eye(K)[1]
+    mu = rng.normal(size=P)
+    Sigma = _spd(P, rng)
+    p = _softmax(f)
+    R = np.diag(p) - np.outer(p, p)
+    Sig_ref = np.linalg.inv(np.linalg.inv(Sigma) + J.T @ R @ J)
+    mu_ref = mu + Sig_ref @ J.T @ (y - p)
+    Hw, ew = Categorical().whiten(_t(f)[None], _t(J)[None], _t(y)[None])
+    for kind in ("full", "vd-exact"):
+        post = _make_posterior(kind, _t(mu), 1.0)
+        if kind == "full":
+            post.cov = _t(Sigma)
+        else:
+            post.var = _t(np.diag(Sigma))
+            Sigma_d = np.diag(np.diag(Sigma))
+            Sd = np.linalg.inv(np.linalg.inv(Sigma_d) + J.T @ R @ J)
+            mu_ref, Sig_ref = mu + Sd @ J.T @ (y - p), Sd
+        pending, _ = post.propose(Hw[0], ew[0])
+        post.commit(pending)
+        step = np.abs(mu_ref - mu).max()
+        np.testing.assert_allclose(post.mean.numpy(), mu_ref, rtol=0, atol=1e-12 * step)
+        if kind == "full":
+            np.testing.assert_allclose(post.covariance().numpy(), Sig_ref, rtol=1e-10, atol=1e-13)
+        else:
+            np.testing.assert_allclose(1 / post.var.numpy(), 1 / np.diag(Sigma) + np.diag(J.T @ R @ J),
+                                       rtol=1e-12)
+
+
+def test_probit_predictive_limits():
+    """spec/lofi.md fact 27: zero variance gives the softmax / sigmoid; variance shrinks logits."""
+    f = _t([[2.0, -1.0, 0.5], [0.0, 3.0, -2.0]])
+    zero = torch.zeros_like(f)
+    torch.testing.assert_close(probit_probabilities(f, zero, binary=False), torch.softmax(f, -1),
+                               rtol=1e-15, atol=1e-16)
+    var = _t([[1.0, 2.0, 0.5], [4.0, 0.0, 1.0]])
+    expected = torch.softmax(f / torch.sqrt(1 + np.pi * var / 8), -1)
+    torch.testing.assert_close(probit_probabilities(f, var, binary=False), expected, rtol=1e-14, atol=0)
+    huge = probit_probabilities(f, torch.full_like(f, 1e12), binary=False)
+    torch.testing.assert_close(huge, torch.full_like(f, 1 / 3), rtol=0, atol=1e-4)
+    f1, v1 = _t([[1.5], [-0.7]]), _t([[0.0], [3.0]])
+    pb = probit_probabilities(f1, v1, binary=True)
+    assert pb.shape == (2, 2)
+    torch.testing.assert_close(pb.sum(1), torch.ones(2, dtype=F64), rtol=0, atol=1e-15)
+    torch.testing.assert_close(pb[0, 1], torch.sigmoid(f1[0, 0]), rtol=1e-15, atol=0)
+    torch.testing.assert_close(pb[1, 1], torch.sigmoid(f1[1, 0] / np.sqrt(1 + 3 * np.pi / 8)),
+                               rtol=1e-15, atol=0)
+    # uncertainty moves the probability towards 1/2
+    assert abs(pb[1, 1].item() - 0.5) < abs(torch.sigmoid(f1[1, 0]).item() - 0.5)
+
+
 @pytest.mark.parametrize("family", ["gaussian", "bernoulli", "poisson", "categorical"])
 def test_whitening_matches_ekf_information(family):
     """HwᵀHw = Jᵀ R⁻¹… (Gaussian) or Jᵀ R J (canonical link), Hwᵀ ew = the score Jᵀ(y − mean)·…"""
@@ -679,43 +737,50 @@ def _snapshot(post):
 
 
 def _assert_same(post, snap):
-    assert torch.equal(post.mean, snap[0]) or torch.allclose(post.mean, snap[0], rtol=0, atol=0, equal_nan=True)
-    torch.testing.assert_close(post.covariance(), snap[1], rtol=0, atol=0)
+    assert torch.equal(post.mean, snap[0])
+    assert torch.equal(post.covariance(), snap[1])
 
 
 @pytest.mark.parametrize("kind", STRUCTURES)
 @pytest.mark.parametrize("bad", ["nan-ew", "inf-Hw", "nan-Hw", "not-pd"])
-def test_failed_propose_raises_and_keeps_belief(kind, bad):
-    mu, v, Hw, ew = _random_instance(2, 4, 2)
+@pytest.mark.parametrize("m", [1, 2])
+def test_failed_propose_raises_and_keeps_belief(kind, bad, m):
+    mu, v, Hw, ew = _random_instance(2, 4, m)
     post = _make_posterior(kind, mu, 1.0)
-    # take one good step first so that the full structure has swapped its buffers once
+    # take one good step first (a structure may keep buffers between steps)
     pending, _ = post.propose(Hw, ew, 0.9, 0.1)
     post.commit(pending)
     if bad == "nan-ew":
         ew = ew.clone()
-        ew[1] = float("nan")
+        ew[m - 1] = float("nan")
     elif bad == "inf-Hw":
         Hw = Hw.clone()
         Hw[0, 2] = float("inf")
     elif bad == "nan-Hw":
         Hw = Hw.clone()
-        Hw[1, 0] = float("nan")
+        Hw[m - 1, 0] = float("nan")
     else:
-        # a belief with a negative variance makes the step fail positivity / PD checks
+        # a belief with a negative variance makes the step fail the PD / positivity checks
         neg = torch.tensor([-5.0, 0.3, 0.3, 0.3], dtype=F64)
         _set_diagonal_prior(post, neg)
-        Hw = torch.zeros(2, 4, dtype=F64)
-        Hw[0, 0] = 1.0 if kind in ("full", "vd-exact") else 0.1  # Cholesky vs positivity check
+        Hw = torch.zeros(m, 4, dtype=F64)
+        # h = 1: S = 1 − 5 < 0 (Cholesky / square root fails); h = 0.1: S > 0, new variance < 0
+        Hw[0, 0] = 1.0 if kind in ("full", "vd-exact") else 0.1
     snap = _snapshot(post)
+    J = torch.ones(2, 1, 4, dtype=F64)
     with pytest.raises(FilterStepError):
         post.propose(Hw, ew, 1.0, 0.0)
     _assert_same(post, snap)
+    with pytest.raises(FilterStepError):
+        post.propose(Hw, ew, 0.9, 0.1, J=J)
+    _assert_same(post, snap)
     # the structure still works after the failure
-    _, v2, Hw2, ew2 = _random_instance(3, 4, 2)
     if bad != "not-pd":
+        _, _, Hw2, ew2 = _random_instance(3, 4, m)
         pending, _ = post.propose(Hw2, ew2)
         post.commit(pending)
         assert torch.isfinite(post.mean).all()
+        assert torch.isfinite(post.covariance()).all()
 
 
 @pytest.mark.parametrize("kind", STRUCTURES)

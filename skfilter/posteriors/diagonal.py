@@ -48,12 +48,17 @@ class DiagonalCovariance(Posterior):
         mu = self.mean * gamma if gamma != 1.0 else self.mean
         if self.projection == "fd" or self.vd_mean == "exact":
             HV = Hw * v
-            S = HV @ Hw.T
-            S.diagonal().add_(1.0)
-            L = cholesky_or_raise(S)
-            Z = torch.linalg.solve_triangular(L, HV, upper=False)
-            z = torch.linalg.solve_triangular(L, ew.unsqueeze(1), upper=False)
-            mu = torch.addmm(mu.unsqueeze(1), Z.T, z).squeeze(1)
+            if Hw.shape[0] == 1:  # scalar innovation: no factorisation (NaN if S < 0, caught below)
+                s = torch.dot(HV[0], Hw[0]).add_(1.0).sqrt_()
+                Z = HV / s
+                mu = mu + Z[0] * (ew[0] / s)
+            else:
+                S = HV @ Hw.T
+                S.diagonal().add_(1.0)
+                L = cholesky_or_raise(S)
+                Z = torch.linalg.solve_triangular(L, HV, upper=False)
+                z = torch.linalg.solve_triangular(L, ew.unsqueeze(1), upper=False)
+                mu = torch.addmm(mu.unsqueeze(1), Z.T, z).squeeze(1)
         if self.projection == "fd":
             new_var = v - (Z * Z).sum(0)
         else:

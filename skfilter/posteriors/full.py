@@ -18,11 +18,13 @@ class FullCovariance(Posterior):
         μ  = μ⁻ + V L⁻¹ ew                              (= μ⁻ + K e,  K = Σ⁻Hᵀ S⁻¹)
         Σ  = Σ⁻ − V Vᵀ                                  (= Σ⁻ − K S Kᵀ)
 
-    ``Σ⁻`` is never formed: ``Σ⁻ Hwᵀ = γ² Σ Hwᵀ + q Hwᵀ`` and the new covariance is written in one
-    ``addmm`` (``γ² Σ − V Vᵀ``) into a second buffer, so the old belief survives a failed step and no
-    ``P × P`` matrix is allocated per step. ``V Vᵀ`` is symmetric by construction. Positive
-    definiteness is checked through the Cholesky factor of ``S`` and the sign of the new diagonal
-    (a full check would cost ``O(P³)``).
+    ``Σ⁻`` is never formed: ``Σ⁻ Hwᵀ = γ² Σ Hwᵀ + q Hwᵀ``. :meth:`propose` computes the new mean,
+    ``V`` and the new diagonal ``γ² diag(Σ) + q − rowsum(V ⊙ V)`` and checks them (finite, positive)
+    without touching ``Σ``; :meth:`commit` then updates ``Σ`` in place (``Σ ← γ² Σ − V Vᵀ + q I``,
+    one BLAS rank-``m`` update, no ``P × P`` temporary), which cannot fail. ``V Vᵀ`` is symmetric
+    positive semi-definite, so the update keeps ``Σ`` symmetric and (up to rounding) PSD. A full PSD
+    check would cost ``O(P³)``; the Cholesky factor of ``S`` and the sign of the new diagonal are
+    checked instead. One observation row (``m = 1``) takes a scalar path without factorisations.
 
     Parameters
     ----------
@@ -36,54 +38,48 @@ class FullCovariance(Posterior):
         self.mean = mean.clone()
         P = mean.shape[0]
         self.cov = torch.eye(P, device=mean.device, dtype=mean.dtype) * prior_variance
-        self._spare = torch.empty_like(self.cov)
-
-    def __getstate__(self):
-        state = dict(vars(self))
-        state["_spare"] = None
-        return state
-
-    def __setstate__(self, state):
-        vars(self).update(state)
-        self._spare = torch.empty_like(self.cov)
-
-    def to(self, device=None, dtype=None):
-        self.mean = self.mean.to(device=device, dtype=dtype)
-        self.cov = self.cov.to(device=device, dtype=dtype)
-        self._spare = torch.empty_like(self.cov)
-        return self
 
     def propose(self, Hw, ew, gamma=1.0, q=0.0, J=None):
         m, P = Hw.shape
         A = Hw if J is None else torch.cat([Hw, J.reshape(-1, P)])
-        SA = self.cov @ A.T  # Σ Aᵀ, then Σ⁻ Aᵀ = γ² Σ Aᵀ + q Aᵀ
+        SA = self.cov @ A.T  # Σ Aᵀ (Σ symmetric), then Σ⁻ Aᵀ = γ² Σ Aᵀ + q Aᵀ
         if gamma != 1.0:
             SA.mul_(gamma * gamma)
         if q:
             SA.add_(A.T, alpha=q)
         SHt = SA[:, :m]
-        S = Hw @ SHt
-        S.diagonal().add_(1.0)
-        L = cholesky_or_raise(S)
-        V = torch.linalg.solve_triangular(L, SHt.T, upper=False).T
-        z = torch.linalg.solve_triangular(L, ew.unsqueeze(1), upper=False)
         mu = self.mean * gamma if gamma != 1.0 else self.mean
-        mu = torch.addmm(mu.unsqueeze(1), V, z).squeeze(1)
-        new = self._spare
-        torch.addmm(self.cov, V, V.T, beta=gamma * gamma, alpha=-1.0, out=new)
+        if m == 1:
+            # S = 1 + h Σ⁻ hᵀ ≥ 1 for PSD Σ⁻; a negative S gives NaN, caught by the check below
+            s = torch.dot(Hw[0], SHt[:, 0]).add_(1.0).sqrt_()
+            V = SHt / s
+            mu = mu + V[:, 0] * (ew[0] / s)
+        else:
+            S = Hw @ SHt
+            S.diagonal().add_(1.0)
+            L = cholesky_or_raise(S)
+            V = torch.linalg.solve_triangular(L, SHt.T, upper=False).T
+            z = torch.linalg.solve_triangular(L, ew.unsqueeze(1), upper=False)
+            mu = torch.addmm(mu.unsqueeze(1), V, z).squeeze(1)
+        new_diag = self.cov.diagonal() * (gamma * gamma) if gamma != 1.0 else self.cov.diagonal()
+        new_diag = new_diag - (V * V).sum(1)
         if q:
-            new.diagonal().add_(q)
-        check_finite_positive(mu, new.diagonal())
+            new_diag = new_diag + q
+        check_finite_positive(mu, new_diag)
         quad = None
         if J is not None:
             n, C, _ = J.shape
             SJ = SA[:, m:].T.reshape(n, C, P)  # rows of J Σ⁻
             quad = torch.bmm(J, SJ.transpose(1, 2))
-        return (mu, new), quad
+        return (mu, V, gamma, q), quad
 
     def commit(self, pending):
-        mu, new = pending
-        self._spare, self.cov = self.cov, new
+        mu, V, gamma, q = pending
+        if gamma != 1.0:
+            self.cov.mul_(gamma * gamma)
+        self.cov.addmm_(V, V.T, alpha=-1.0)
+        if q:
+            self.cov.diagonal().add_(q)
         self.mean = mu
 
     def predictive_cov(self, J, gamma=1.0, q=0.0):
