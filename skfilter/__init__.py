@@ -4,11 +4,14 @@ Estimators
 ----------
 EKFRegressor, EKFClassifier
     Extended Kalman filters with full, VD-diagonal or FD-diagonal covariance.
+LoFiRegressor, LoFiClassifier
+    LoFi: diagonal-plus-low-rank precision, cost linear in the number of parameters.
 """
 
 from .ekf import EKFClassifier, EKFRegressor
 from .exceptions import FilterStepError
+from .lofi import LoFiClassifier, LoFiRegressor
 
 __version__ = "0.1.0.dev0"
 
-__all__ = ["EKFRegressor", "EKFClassifier", "FilterStepError", "__version__"]
+__all__ = ["EKFRegressor", "EKFClassifier", "LoFiRegressor", "LoFiClassifier", "FilterStepError", "__version__"]

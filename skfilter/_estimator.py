@@ -154,11 +154,11 @@ class BaseFilter(BaseEstimator):
         self._check_module_outputs(adapter.n_outputs)
         self._device, self._dtype = cfg["device"], cfg["dtype"]
         self._adapter = adapter
+        self._shuffle_rng = np.random.RandomState(int(rng.randint(0, 2**31 - 1)))
+        self._mc_seed = int(rng.randint(0, 2**31 - 1))
         self._likelihood = self._make_likelihood(adapter.n_outputs, cfg)
         self.posterior_ = self._make_posterior(adapter.initial_theta(), cfg)
         self._noise_state = self._likelihood.initial_state(adapter.n_outputs, cfg["device"], cfg["dtype"])
-        self._shuffle_rng = np.random.RandomState(int(rng.randint(0, 2**31 - 1)))
-        self._mc_seed = int(rng.randint(0, 2**31 - 1))
         self.n_params_ = adapter.n_params
         self.n_samples_seen_ = 0
         self.module_ = adapter.module
@@ -200,8 +200,8 @@ class BaseFilter(BaseEstimator):
                     progress = lambda j, b=bar, s=epoch * n: b.update(s + j - b.n)  # noqa: E731
                 try:
                     out = flt.run(Xe, Ye, we, cfg["batch_size"], record, progress)
-                except FilterStepError as exc:
-                    self.n_samples_seen_ = done_before + exc.rows_done
+                except BaseException as exc:  # a failed step or an interrupt: count the rows learned
+                    self.n_samples_seen_ = done_before + getattr(exc, "rows_done", 0)
                     raise
                 self.n_samples_seen_ = done_before + n
         finally:

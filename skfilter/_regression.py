@@ -60,15 +60,20 @@ class FilterRegressorMixin(RegressorMixin):
             self.n_outputs_ = width
         elif width != self.n_outputs_:
             raise ValueError(f"y has {width} output(s) but the estimator was fitted with {self.n_outputs_}.")
-        if self.likelihood == "poisson" and np.any(y < 0):
+        poisson = self.likelihood == "poisson" if first else self._is_poisson()
+        if poisson and np.any(y < 0):
             raise ValueError("The Poisson likelihood needs non-negative targets (counts).")
         r = self.obs_variance
-        if self.likelihood == "gaussian" and not isinstance(r, str) and np.ndim(r) == 1 and len(r) != width:
+        if first and not poisson and not isinstance(r, str) and np.ndim(r) == 1 and len(r) != width:
             raise ValueError(f"obs_variance has {len(r)} entries but y has {width} output(s).")
         return y.reshape(y.shape[0], width)
 
     def _n_model_outputs(self):
         return self.n_outputs_
+
+    def _is_poisson(self):
+        """Whether the fitted likelihood is Poisson (the ``likelihood`` parameter may have changed since)."""
+        return isinstance(self._likelihood, Poisson)
 
     def _check_module_outputs(self, n_outputs):
         if n_outputs != self.n_outputs_:
@@ -98,7 +103,7 @@ class FilterRegressorMixin(RegressorMixin):
     # -- predictive -----------------------------------------------------------------------------
     def _summarize(self, f, var, noise_state, kind):
         """``(n, 3C)``: mean, epistemic variance, aleatoric variance of ``y`` (class docstring)."""
-        poisson = self.likelihood == "poisson"
+        poisson = self._is_poisson()
         if kind == "mc":
             out = self._likelihood.mean(f) if poisson else f
             mean, epi = out.mean(0), out.var(0, correction=0)
@@ -167,7 +172,7 @@ class FilterRegressorMixin(RegressorMixin):
         with torch.no_grad():
             thetas = self.posterior_.sample(n_samples, gen)
             f = self._adapter.forward_batch(thetas, Xt)  # (S, n, C)
-            if self.likelihood == "poisson":
+            if self._is_poisson():
                 y = torch.poisson(self._likelihood.mean(f), generator=gen)
             else:
                 r = self._noise_state["r"]
@@ -179,7 +184,7 @@ class FilterRegressorMixin(RegressorMixin):
     def obs_variance_(self):
         """Observation-noise variance per output used by the next step (fixed or online estimate)."""
         check_is_fitted(self)
-        if self.likelihood != "gaussian":
+        if self._is_poisson():
             raise AttributeError("obs_variance_ exists only for the Gaussian likelihood.")
         return _numpy(self._noise_state["r"]).copy()
 

@@ -4,10 +4,18 @@
 class FilterStepError(FloatingPointError):
     """A filter step produced non-finite values or lost positive-definiteness.
 
-    The estimator keeps the belief it had after the last successful step; ``step`` is the
-    zero-based index, within the call that failed, of the observation whose update failed.
+    The estimator keeps the belief it had after the last successful step.
+
+    Attributes
+    ----------
+    step : int or None
+        Zero-based index, within the pass over the data that failed (rows in the order of that
+        pass), of the first row of the step whose update failed.
+    rows_done : int or None
+        Rows of that pass learned before the failure (equal to ``step``).
     """
 
     def __init__(self, message, step=None):
         super().__init__(message)
         self.step = step
+        self.rows_done = step

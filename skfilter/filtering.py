@@ -94,6 +94,12 @@ class OnlineFilter:
             exc.step = i
             exc.rows_done = i
             raise
+        except BaseException as exc:  # e.g. KeyboardInterrupt: the rows before i were learned
+            try:
+                exc.rows_done = i
+            except AttributeError:  # pragma: no cover - exceptions without a __dict__
+                pass
+            raise
         if record is None:
             return None
         return torch.cat(outs) if outs else None

@@ -15,6 +15,7 @@ A filter keeps a Gaussian belief over one flat vector ``θ`` of shape ``(P,)``. 
 
 The flat order is that of ``module.named_parameters()`` (for ``nn.Linear``: weight row-major, then
 bias), so ``θ`` can be written back into the module with :meth:`ModuleAdapter.write_to_module`.
+Only trainable parameters (``requires_grad=True``) are in ``θ``; frozen ones are constants of ``h``.
 
 The default network (:func:`make_mlp`) uses LeCun-normal weights (truncated normal, variance
 ``1/fan_in``, as the papers' flax models) and zero biases (spec/lofi.md §2.0).
@@ -121,7 +122,11 @@ class ModuleAdapter:
         self.module = module.to(device=device, dtype=dtype).eval()
         self.device, self.dtype = device, dtype
         self._names, self._shapes, self._numels = [], [], []
+        frozen = {}
         for name, p in self.module.named_parameters():
+            if not p.requires_grad:  # frozen parameters are constants of h, not learned
+                frozen[name] = p.detach()
+                continue
             self._names.append(name)
             self._shapes.append(tuple(p.shape))
             self._numels.append(p.numel())
@@ -131,7 +136,7 @@ class ModuleAdapter:
         self._offsets = [0]
         for k in self._numels:
             self._offsets.append(self._offsets[-1] + k)
-        self._buffers = dict(self.module.named_buffers())
+        self._buffers = {**dict(self.module.named_buffers()), **frozen}
         with torch.no_grad():
             probe = self.forward(self.initial_theta(), torch.zeros(1, n_inputs, device=device, dtype=dtype))
         self.n_outputs = int(probe.shape[1])
@@ -139,7 +144,10 @@ class ModuleAdapter:
     # -- flat θ ------------------------------------------------------------------------------
     def initial_theta(self) -> torch.Tensor:
         """The module's current weights as one flat vector (a copy): the prior mean."""
-        return torch.cat([p.detach().reshape(-1) for p in self.module.parameters()]).clone()
+        return torch.cat([p.detach().reshape(-1) for p in self._learned_parameters()]).clone()
+
+    def _learned_parameters(self):
+        return [p for p in self.module.parameters() if p.requires_grad]
 
     def unflatten(self, theta: torch.Tensor) -> dict:
         """Views of ``θ`` shaped as the module's parameters, keyed by name."""
@@ -151,7 +159,7 @@ class ModuleAdapter:
     def write_to_module(self, theta: torch.Tensor) -> nn.Module:
         """Copy ``θ`` into the module's parameters and return the module."""
         with torch.no_grad():
-            for p, a, b in zip(self.module.parameters(), self._offsets[:-1], self._offsets[1:]):
+            for p, a, b in zip(self._learned_parameters(), self._offsets[:-1], self._offsets[1:]):
                 p.copy_(theta[a:b].view_as(p))
         return self.module
 
@@ -209,6 +217,8 @@ class MLPAdapter(ModuleAdapter):
                     return False
             elif type(m) not in _DERIVATIVES or (type(m) is nn.ELU and m.alpha != 1.0):
                 return False
+        if not all(p.requires_grad for p in module.parameters()):
+            return False
         names = [n for n, _ in module.named_parameters()]
         expected = [f"{i}.{k}" for i in range(0, len(children), 2) for k in ("weight", "bias")]
         return names == expected

@@ -12,5 +12,6 @@ installs it.
 from ._base import Posterior
 from .diagonal import DiagonalCovariance
 from .full import FullCovariance
+from .lofi import LowRankPrecision
 
-__all__ = ["Posterior", "FullCovariance", "DiagonalCovariance"]
+__all__ = ["Posterior", "FullCovariance", "DiagonalCovariance", "LowRankPrecision"]

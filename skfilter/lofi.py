@@ -1,0 +1,203 @@
+"""LoFi estimators: diagonal-plus-low-rank precision filters (spec/lofi.md; Chang et al. 2023).
+
+:class:`LoFiRegressor` and :class:`LoFiClassifier` keep the precision ``Υ + W Wᵀ`` of rank ``L``
+(:class:`~skfilter.posteriors.LowRankPrecision`): cost per step linear in the number of
+parameters ``P``, ``O(P (L + C)²)``, no learning rate.
+"""
+
+from __future__ import annotations
+
+from ._classification import FilterClassifierMixin
+from ._estimator import BaseFilter, _check_int
+from ._regression import FilterRegressorMixin
+from ._utils import check_scalar
+from .ekf import _COMMON_ATTRS
+from .posteriors import LowRankPrecision
+from .posteriors.lofi import INFLATIONS, SVD_METHODS, VARIANTS
+
+
+class _LoFiStructure:
+    """The LoFi posterior structure (spec/lofi.md §2)."""
+
+    def _check_structure_params(self):
+        rank = _check_int(self.rank, "rank", 0)
+        if self.variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}.")
+        if self.inflation not in INFLATIONS:
+            raise ValueError(f"inflation must be one of {INFLATIONS}, got {self.inflation!r}.")
+        alpha = check_scalar(self.inflation_factor, "inflation_factor", low=0.0)
+        if self.svd not in SVD_METHODS:
+            raise ValueError(f"svd must be one of {SVD_METHODS}, got {self.svd!r}.")
+        if self.svd == "orth" and self.variant != "spherical":
+            raise ValueError("svd='orth' (orthogonal-projection SVD) needs variant='spherical'.")
+        if not isinstance(self.steady_state, bool):
+            raise ValueError(f"steady_state must be a bool, got {self.steady_state!r}.")
+        if self.steady_state and self.variant != "spherical":
+            raise ValueError("steady_state=True applies to variant='spherical' only.")
+        return {"rank": rank, "inflation_factor": alpha}
+
+    def _make_posterior(self, mean, cfg):
+        return LowRankPrecision(
+            mean, cfg["prior_variance"], rank=cfg["rank"], variant=self.variant, inflation=self.inflation,
+            inflation_factor=cfg["inflation_factor"], svd=self.svd, steady_state=self.steady_state,
+            seed=self._mc_seed,
+        )
+
+
+_LOFI_PARAMS = """
+    hidden_layer_sizes : tuple of int, default=(50,)
+        Hidden widths of the default MLP (ignored when ``module`` is given).
+    activation : {'relu', 'tanh', 'logistic', 'identity', 'elu'}, default='relu'
+        Hidden non-linearity of the default MLP.
+    module : torch.nn.Module class or instance, default=None
+        The network ``h(θ, x)``. A class is instantiated with the ``module__<name>`` keyword
+        arguments (its random initialisation seeded by ``random_state``); an instance is copied and
+        its current weights are the **prior mean** (never re-initialised). ``None``: the default
+        MLP, LeCun-normal weights and zero biases.
+    rank : int, default=10
+        ``L``, the rank of the low-rank part of the precision (0 gives VD-EKF with the exact mean;
+        ``L ≥ P`` the full EKF).
+    variant : {'diagonal', 'spherical'}, default='diagonal'
+        Diagonal ``Υ`` (Alg. 2–3) or spherical ``η I`` (App. F, Alg. 6–7).
+    inflation : {None, 'bayesian', 'simple', 'hybrid'}, default=None
+        Covariance inflation of App. E with factor ``inflation_factor``.
+    inflation_factor : float, default=0.0
+        ``α ≥ 0`` (0 = no inflation; 'simple' multiplies the covariance by ``1 + α`` per step).
+    svd : {'full', 'orth'}, default='full'
+        Rank truncation by a thin SVD, or (spherical only) the orthogonal-projection incremental
+        SVD of Alg. 8.
+    steady_state : bool, default=False
+        Spherical only: variance-preserving dynamics ``q = (1 − γ²) · prior_variance`` (F.2).
+    prior_variance : float, default=1.0
+        Prior covariance ``prior_variance · I`` (``Υ₀ = I / prior_variance``, ``W₀ = 0``).
+    process_noise : float, default=0.0
+        ``q`` of the dynamics ``θ_t = γ θ_{t−1} + N(0, q I)`` applied before every step.
+    decay : float, default=1.0
+        ``γ`` of the dynamics, in [0, 1].
+    n_epochs : int, default=1
+        Passes over the data in :meth:`fit` (``partial_fit`` always makes one).
+    shuffle : bool, default=False
+        Shuffle the rows before every pass after the first (the first is in row order).
+    batch_size : int, default=1
+        Rows per filter step: their ``B·C`` pseudo-observation columns are appended to ``W`` in one
+        update, linearised at the same predicted mean (faster, slightly less exact).
+    random_state : int, RandomState instance or None, default=None
+        Seeds the initial weights, the shuffles, the Monte-Carlo predictive and Alg. 8's order.
+    device : str or torch.device, default='cpu'
+    dtype : {None, 'float64', 'float32'}, default=None
+        ``None``: float64 on the CPU, float32 on a GPU.
+    verbose : int, default=0
+        Show a progress bar while fitting when > 0.
+    n_mc_samples : int, default=100
+        Parameter draws of the Monte-Carlo predictive (exact DLR sampler).
+    **module_kwargs
+        ``module__<name>=value``: constructor arguments of a ``module`` class."""
+
+
+class LoFiRegressor(_LoFiStructure, FilterRegressorMixin, BaseFilter):
+    __doc__ = f"""Neural-network regression by LoFi, the low-rank extended Kalman filter.
+
+    Parameters
+    ----------{_LOFI_PARAMS}
+    obs_variance : float, array of shape (n_outputs,) or 'adaptive', default=1.0
+        Observation-noise variance of the Gaussian likelihood, or ``'adaptive'`` (spec/lofi.md C.2).
+    likelihood : {{'gaussian', 'poisson'}}, default='gaussian'
+    predictive : {{'linearized', 'plugin', 'mc'}}, default='linearized'
+
+    Attributes
+    ----------{_COMMON_ATTRS}
+    n_outputs_ : int
+    obs_variance_ : ndarray of shape (n_outputs,)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfilter import LoFiRegressor
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(200, 3)); y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=200)
+    >>> reg = LoFiRegressor(rank=5, hidden_layer_sizes=(20,), obs_variance=0.01, random_state=0)
+    >>> mean, std = reg.fit(X, y).predict(X[:2], return_std=True)
+    >>> mean.shape
+    (2,)
+    """
+
+    def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, rank=10,
+                 variant="diagonal", inflation=None, inflation_factor=0.0, svd="full", steady_state=False,
+                 prior_variance=1.0, obs_variance=1.0, likelihood="gaussian", process_noise=0.0, decay=1.0,
+                 n_epochs=1, shuffle=False, batch_size=1, predictive="linearized", n_mc_samples=100,
+                 random_state=None, device="cpu", dtype=None, verbose=0, **module_kwargs):
+        self.hidden_layer_sizes = hidden_layer_sizes
+        self.activation = activation
+        self.module = module
+        self.rank = rank
+        self.variant = variant
+        self.inflation = inflation
+        self.inflation_factor = inflation_factor
+        self.svd = svd
+        self.steady_state = steady_state
+        self.prior_variance = prior_variance
+        self.obs_variance = obs_variance
+        self.likelihood = likelihood
+        self.process_noise = process_noise
+        self.decay = decay
+        self.n_epochs = n_epochs
+        self.shuffle = shuffle
+        self.batch_size = batch_size
+        self.predictive = predictive
+        self.n_mc_samples = n_mc_samples
+        self.random_state = random_state
+        self.device = device
+        self.dtype = dtype
+        self.verbose = verbose
+        self._store_module_kwargs(module_kwargs)
+
+
+class LoFiClassifier(_LoFiStructure, FilterClassifierMixin, BaseFilter):
+    __doc__ = f"""Neural-network classification by LoFi, the low-rank extended Kalman filter.
+
+    Parameters
+    ----------{_LOFI_PARAMS}
+    predictive : {{'probit', 'plugin', 'mc'}}, default='probit'
+
+    Attributes
+    ----------{_COMMON_ATTRS}
+    classes_ : ndarray of shape (n_classes,)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfilter import LoFiClassifier
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(300, 2)); y = (X[:, 0] + X[:, 1] > 0).astype(int)
+    >>> clf = LoFiClassifier(rank=5, hidden_layer_sizes=(10,), random_state=0).fit(X, y)
+    >>> clf.predict([[2.0, 2.0], [-2.0, -2.0]])
+    array([1, 0])
+    """
+
+    def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, rank=10,
+                 variant="diagonal", inflation=None, inflation_factor=0.0, svd="full", steady_state=False,
+                 prior_variance=1.0, process_noise=0.0, decay=1.0, n_epochs=1, shuffle=False, batch_size=1,
+                 predictive="probit", n_mc_samples=100, random_state=None, device="cpu", dtype=None,
+                 verbose=0, **module_kwargs):
+        self.hidden_layer_sizes = hidden_layer_sizes
+        self.activation = activation
+        self.module = module
+        self.rank = rank
+        self.variant = variant
+        self.inflation = inflation
+        self.inflation_factor = inflation_factor
+        self.svd = svd
+        self.steady_state = steady_state
+        self.prior_variance = prior_variance
+        self.process_noise = process_noise
+        self.decay = decay
+        self.n_epochs = n_epochs
+        self.shuffle = shuffle
+        self.batch_size = batch_size
+        self.predictive = predictive
+        self.n_mc_samples = n_mc_samples
+        self.random_state = random_state
+        self.device = device
+        self.dtype = dtype
+        self.verbose = verbose
+        self._store_module_kwargs(module_kwargs)

@@ -1,0 +1,303 @@
+"""LoFi: diagonal-plus-low-rank precision (spec/lofi.md §2.1–§2.8, Chang et al. 2023).
+
+The belief is ``N(μ, Σ)`` with precision ``Σ⁻¹ = Υ + W Wᵀ``: ``Υ`` diagonal (``'diagonal'``) or
+``η I`` (``'spherical'``, App. F), ``W ∈ R^{P×L}``. Dense ``Σ`` is never formed; products with it
+use Woodbury::
+
+    Σ = Υ⁻¹ − Υ⁻¹ W M⁻¹ Wᵀ Υ⁻¹,     M = I_L + Wᵀ Υ⁻¹ W.
+
+One step (:meth:`LowRankPrecision.propose`), with ``m`` whitened pseudo-observation rows ``Hw``:
+
+1. inflation (App. E, optional; applied to the previous posterior just before the predict step);
+2. predict, exact in DLR form (Alg. 2, eqs. 15, 19, 25)::
+
+       Υ⁻ = (γ² Υ⁻¹ + q I)⁻¹,   W⁻ = γ Υ⁻ Υ⁻¹ W chol(C),   C = (I_L + q Wᵀ Υ⁻ Υ⁻¹ W)⁻¹
+
+   (spherical, Alg. 6, eqs. 108–109: ``η⁻ = η/(γ² + qη)``, ``λ⁻² = γ²λ²/((γ² + qη)(γ² + qη + qλ²))``);
+3. update (Alg. 3): ``W̃ = [W⁻, Hwᵀ]`` (``P × (L + m)``); the mean from the *untruncated*
+   rank-``(L+m)`` posterior, eq. 36 with its minus sign: with ``b = Hwᵀ ew`` (``= Hᵀ R⁻¹ e``),
+   ``μ = μ⁻ + Υ⁻⁻¹ b − Υ⁻⁻¹ W̃ G W̃ᵀ Υ⁻⁻¹ b``, ``G = (I + W̃ᵀ Υ⁻⁻¹ W̃)⁻¹`` (Cholesky solve);
+4. truncation by a thin SVD ``W̃ = Ũ Λ̃ Ṽᵀ``: ``W = (ŨΛ̃)[:, :L]``; diagonal LoFi adds the dropped
+   mass to the diagonal, ``Υ = Υ⁻ + rowsum((ŨΛ̃)[:, L:]²)`` (eq. 39), so ``diag(Σ⁻¹)`` is exact;
+   spherical LoFi drops it (F.5.1). Spherical LoFi may instead use the orthogonal-projection
+   incremental SVD (``svd='orth'``, Alg. 8, F.5.2).
+
+With ``L = 0`` the structure is VD-EKF with the exact mean (eqs. 46–52); with ``L ≥ P`` (and no
+truncation ever happening) it is the full EKF.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..exceptions import FilterStepError
+from ._base import Posterior, check_finite_positive, cholesky_or_raise
+
+VARIANTS = ("diagonal", "spherical")
+INFLATIONS = (None, "bayesian", "simple", "hybrid")
+SVD_METHODS = ("full", "orth")
+
+
+def _cholesky_solve(Lc, B):
+    return torch.cholesky_solve(B, Lc, upper=False)
+
+
+class LowRankPrecision(Posterior):
+    """LoFi belief ``N(μ, (Υ + W Wᵀ)⁻¹)`` (module docstring).
+
+    Parameters
+    ----------
+    mean : tensor (P,)
+        Prior mean ``μ₀``.
+    prior_variance : float
+        ``η₀⁻¹``: the prior is ``N(μ₀, η₀⁻¹ I)``, ``Υ₀ = η₀ I``, ``W₀ = 0``.
+    rank : int
+        ``L ≥ 0``.
+    variant : {'diagonal', 'spherical'}
+    inflation : {None, 'bayesian', 'simple', 'hybrid'}
+        Covariance inflation of App. E (spherical forms F.6) with factor ``inflation_factor`` (α).
+    inflation_factor : float
+        ``α ≥ 0``; ``α = 0`` is the identity.
+    svd : {'full', 'orth'}
+        Truncation: thin SVD of ``W̃`` or (spherical only) the orthogonal-projection update.
+    steady_state : bool
+        Spherical only: the variance-preserving dynamics of F.2, ``q = (1 − γ²)/η₀`` (eq. 95),
+        replacing the given ``q``; then ``η`` stays ``η₀``.
+    seed : int
+        Seeds the random column order of ``svd='orth'`` (Alg. 8).
+    """
+
+    def __init__(self, mean, prior_variance, rank=10, variant="diagonal", inflation=None,
+                 inflation_factor=0.0, svd="full", steady_state=False, seed=0):
+        if variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}.")
+        if inflation not in INFLATIONS:
+            raise ValueError(f"inflation must be one of {INFLATIONS}, got {inflation!r}.")
+        if svd not in SVD_METHODS:
+            raise ValueError(f"svd must be one of {SVD_METHODS}, got {svd!r}.")
+        if svd == "orth" and variant != "spherical":
+            raise ValueError("svd='orth' needs orthonormal columns of W: use variant='spherical'.")
+        if steady_state and variant != "spherical":
+            raise ValueError("steady_state applies to variant='spherical' only.")
+        self.variant, self.inflation, self.svd = variant, inflation, svd
+        self.inflation_factor = float(inflation_factor)
+        self.steady_state = bool(steady_state)
+        self.rank = int(rank)
+        P = mean.shape[0]
+        eta0 = 1.0 / float(prior_variance)
+        self.eta0 = eta0
+        self.mean = mean.clone()
+        opts = {"device": mean.device, "dtype": mean.dtype}
+        # diagonal: Υ as a vector; spherical: Υ = η I kept as a length-1 vector
+        self.ups = torch.full((P,) if variant == "diagonal" else (1,), eta0, **opts)
+        self.W = torch.zeros(P, self.rank, **opts)
+        # prior-predictive precision η_t (eq. 76) and mean Γ_t μ₀ (eq. 77), for inflation
+        self.eta_pp = torch.tensor(eta0, **opts)
+        self.prior_mean = mean.clone() if inflation == "bayesian" else None
+        self._gen = torch.Generator(device=mean.device)
+        self._gen.manual_seed(int(seed))
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _q(self, gamma, q):
+        return (1.0 - gamma * gamma) / self.eta0 if self.steady_state else q
+
+    def _dlr_solve(self, ups, W, v):
+        """``(Υ + W Wᵀ)⁻¹ v`` by Woodbury."""
+        ui = 1.0 / ups
+        if W.shape[1] == 0:
+            return ui * v
+        UW = ui[:, None] * W if ups.numel() > 1 else ui * W
+        M = W.T @ UW
+        M.diagonal().add_(1.0)
+        Lc = cholesky_or_raise(M, "LoFi low-rank system")
+        return ui * v - UW @ _cholesky_solve(Lc, (UW.T @ v).unsqueeze(1)).squeeze(1)
+
+    def _inflate(self, mu, ups, W, eta_pp, m0):
+        """App. E / F.6: the inflated posterior of step t−1 (identity for α = 0 or None)."""
+        a = self.inflation_factor
+        if self.inflation is None or a == 0.0:
+            return mu, ups, W
+        W = W / math.sqrt(1.0 + a)
+        if self.variant == "diagonal":
+            if self.inflation == "simple":
+                ups = ups / (1.0 + a)
+            else:  # bayesian and hybrid share the covariance (eqs. 80, 90)
+                ups = ups / (1.0 + a) + (a / (1.0 + a)) * eta_pp
+        elif self.inflation == "simple":  # spherical, eqs. 123–125
+            ups = ups / (1.0 + a)
+        if self.inflation == "bayesian":  # eq. 79 (η_{t−1} prior-predictive) / eq. 120 (η spherical)
+            eta = eta_pp if self.variant == "diagonal" else ups
+            mu = mu + (a * eta / (1.0 + a)) * self._dlr_solve(ups, W, m0 - mu)
+        return mu, ups, W
+
+    def _predict(self, ups, W, gamma, q):
+        """Exact DLR predict (Alg. 2 / Alg. 6): returns ``(Υ⁻, W⁻)``."""
+        if gamma == 1.0 and not q:
+            return ups, W
+        if self.variant == "spherical":
+            eta = ups
+            denom = gamma * gamma + q * eta
+            if W.shape[1]:
+                lam2 = (W * W).sum(0)
+                scale = torch.sqrt(gamma * gamma / (denom * (denom + q * lam2)))
+                W = W * scale
+            return eta / denom, W
+        if not q:
+            return ups / (gamma * gamma), W / gamma
+        ups_pred = 1.0 / (gamma * gamma / ups + q)
+        if W.shape[1] == 0 or gamma == 0.0:
+            return ups_pred, W * 0.0
+        DW = (ups_pred / ups)[:, None] * W
+        Mc = q * (W.T @ DW)
+        Mc.diagonal().add_(1.0)  # C⁻¹ = I + q Wᵀ Υ⁻ Υ⁻¹ W
+        Lc = cholesky_or_raise(Mc, "LoFi predict system")
+        # W⁻ = γ D W chol(C); with C⁻¹ = L Lᵀ, chol(C) may be taken as L⁻ᵀ (only W Wᵀ matters)
+        W_pred = gamma * torch.linalg.solve_triangular(Lc, DW.T, upper=False).T
+        return ups_pred, W_pred
+
+    def _predicted(self, gamma, q):
+        """The predicted belief ``(μ⁻, Υ⁻, W⁻)`` after inflation and dynamics."""
+        q = self._q(gamma, q)
+        mu, ups, W = self._inflate(self.mean, self.ups, self.W, self.eta_pp, self.prior_mean)
+        ups_p, W_p = self._predict(ups, W, gamma, q)
+        mu_p = mu * gamma if gamma != 1.0 else mu
+        return mu_p, ups_p, W_p
+
+    def _ups_vec(self, ups):
+        return ups.expand(self.n_params) if ups.numel() == 1 else ups
+
+    def _orth_update(self, W, G):
+        """Alg. 8: orthogonal-projection incremental SVD of ``[W, G]`` (spherical, ``W = U diag(λ)``)."""
+        lam = W.norm(dim=0)
+        U = W / lam.clamp_min(torch.finfo(W.dtype).tiny)
+        U = torch.where(lam > 0, U, torch.zeros_like(U))
+        order = torch.randperm(G.shape[1], generator=self._gen, device=torch.device("cpu")).tolist()
+        for j in order:
+            g = G[:, j]
+            v = g - U @ (U.T @ g)
+            nv = v.norm()
+            k = int(torch.argmin(lam))
+            if bool(nv > lam[k]):
+                U = U.clone()
+                lam = lam.clone()
+                U[:, k] = v / nv
+                lam[k] = nv
+        return U * lam
+
+    # -- the step --------------------------------------------------------------------------------
+    def propose(self, Hw, ew, gamma=1.0, q=0.0, J=None):
+        m, P = Hw.shape
+        q_eff = self._q(gamma, q)
+        mu_p, ups_p, W_p = self._predicted(gamma, q)
+        quad = None
+        if J is not None:
+            quad = self._quad(J, ups_p, W_p)
+        # update (Alg. 3 / 7): mean from the untruncated posterior, eq. 36 / 114
+        Wt = torch.cat([W_p, Hw.T], dim=1)  # P × (L + m)
+        ui = 1.0 / ups_p
+        b = Hw.T @ ew
+        UW = ui[:, None] * Wt if ups_p.numel() > 1 else ui * Wt
+        Mg = Wt.T @ UW
+        Mg.diagonal().add_(1.0)
+        Lg = cholesky_or_raise(Mg, "LoFi update system")
+        ub = ui * b
+        mu = mu_p + ub - UW @ _cholesky_solve(Lg, (Wt.T @ ub).unsqueeze(1)).squeeze(1)
+        # truncation to rank L
+        L = self.rank
+        if self.svd == "orth":
+            W_new = self._orth_update(W_p, Hw.T)
+            ups_new = ups_p
+        else:
+            U, S, _ = torch.linalg.svd(Wt, full_matrices=False)
+            US = U * S
+            W_new = US[:, :L]
+            if W_new.shape[1] < L:  # P < L: pad with zero directions
+                W_new = torch.cat([W_new, W_new.new_zeros(P, L - W_new.shape[1])], dim=1)
+            if self.variant == "diagonal":
+                ups_new = ups_p + (US[:, L:] ** 2).sum(1)
+            else:
+                ups_new = ups_p
+        check_finite_positive(mu, ups_new)
+        if not bool(torch.isfinite(W_new).all()):
+            raise FilterStepError("The LoFi step produced non-finite low-rank factors; the last good belief is kept.")
+        eta_pp = 1.0 / (gamma * gamma / self.eta_pp + q_eff)
+        m0 = None if self.prior_mean is None else self.prior_mean * gamma
+        return (mu, ups_new, W_new, eta_pp, m0), quad
+
+    def commit(self, pending):
+        self.mean, self.ups, self.W, self.eta_pp, self.prior_mean = pending
+
+    # -- predictive ------------------------------------------------------------------------------
+    def _quad(self, J, ups, W):
+        """``J Σ Jᵀ`` for ``Σ = (Υ + W Wᵀ)⁻¹`` by Woodbury (B.1, eq. 61): ``(n, C, C)``."""
+        n, C, P = J.shape
+        ui = 1.0 / ups
+        JU = J * ui  # J Υ⁻¹
+        quad = torch.bmm(JU, J.transpose(1, 2))
+        if W.shape[1]:
+            UW = ui[:, None] * W if ups.numel() > 1 else ui * W
+            M = W.T @ UW
+            M.diagonal().add_(1.0)
+            Lc = cholesky_or_raise(M, "LoFi low-rank system")
+            A = torch.linalg.solve_triangular(Lc, (J.reshape(n * C, P) @ UW).T, upper=False)  # L⁻¹ (J Υ⁻¹ W)ᵀ
+            A = A.T.reshape(n, C, -1)
+            quad = quad - torch.bmm(A, A.transpose(1, 2))
+        return quad
+
+    def predictive_cov(self, J, gamma=1.0, q=0.0):
+        _, ups, W = self._predicted(gamma, q)
+        return self._quad(J, ups, W)
+
+    def marginal_variance(self):
+        ui = 1.0 / self._ups_vec(self.ups)
+        if self.W.shape[1] == 0:
+            return ui.clone()
+        UW = ui[:, None] * self.W
+        M = self.W.T @ UW
+        M.diagonal().add_(1.0)
+        Lc = cholesky_or_raise(M, "LoFi low-rank system")
+        A = torch.linalg.solve_triangular(Lc, UW.T, upper=False)
+        return ui - (A * A).sum(0)
+
+    def precision(self):
+        """Dense ``Υ + W Wᵀ`` (tests and small models)."""
+        return torch.diag(self._ups_vec(self.ups)) + self.W @ self.W.T
+
+    def covariance(self):
+        return torch.linalg.inv(self.precision())
+
+    def sample(self, n_samples, generator):
+        """Exact DLR sampler (spec/lofi.md §2.8 item 2; L-RVGA Prop. 1).
+
+        With ``M = I_L + Wᵀ Υ⁻¹ W`` and ``Lm = Υ⁻¹ W M⁻¹``: ``x ~ N(0, Υ⁻¹)``, ``ε ~ N(0, I_L)``,
+        ``θ = μ + x − Lm (Wᵀ x) + Lm ε`` has covariance ``Υ⁻¹ − Υ⁻¹ W M⁻¹ Wᵀ Υ⁻¹ = (Υ + WWᵀ)⁻¹``.
+        Cost ``O(PL² + L³)`` once, ``O(PL)`` per sample.
+        """
+        P, L = self.W.shape
+        opts = {"device": self.mean.device, "dtype": self.mean.dtype}
+        ui = 1.0 / self._ups_vec(self.ups)
+        x = torch.randn(n_samples, P, generator=generator, **opts) * ui.sqrt()
+        if L == 0:
+            return self.mean + x
+        UW = ui[:, None] * self.W
+        M = self.W.T @ UW
+        M.diagonal().add_(1.0)
+        Lc = cholesky_or_raise(M, "LoFi low-rank system")
+        Lm = torch.cholesky_solve(UW.T, Lc, upper=False).T  # Υ⁻¹ W M⁻¹ (M symmetric)
+        eps = torch.randn(n_samples, L, generator=generator, **opts)
+        return self.mean + x + (eps - x @ self.W) @ Lm.T
+
+    def state_dict(self):
+        out = {"mean": self.mean, "ups": self.ups, "W": self.W, "eta_pp": self.eta_pp}
+        if self.prior_mean is not None:
+            out["prior_mean"] = self.prior_mean
+        return out
+
+    def to(self, device=None, dtype=None):
+        super().to(device=device, dtype=dtype)
+        gen = torch.Generator(device=self.mean.device)
+        gen.manual_seed(int(self._gen.initial_seed()))
+        self._gen = gen
+        return self

@@ -1,0 +1,106 @@
+"""Smoke tests of ``python -m skfilter.benchmarks`` (not timed: they check that the commands run)."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from skfilter.benchmarks import COMMANDS, _common, demo, speed
+from skfilter.benchmarks.__main__ import build_parser, main
+
+
+def test_demo_quick_writes_figure_and_table(tmp_path):
+    pytest.importorskip("matplotlib")
+    res = demo.run_demo(n_rows=60, out=tmp_path / "out", quick=True, verbose=False)
+    names = [r["method"] for r in res.rows]
+    assert names == ["EKF full", "EKF vd", "EKF fd", "MLPRegressor.partial_fit", "SGDRegressor.partial_fit"]
+    for key in ("figure", "csv", "markdown"):
+        assert res.paths[key].is_file() and res.paths[key].stat().st_size > 0
+    assert res.paths["figure"].name == "prequential_concrete.png"
+    for r in res.rows:
+        assert r["error"] is None, r
+        assert r["n_rows"] == 60
+        for key in ("rmse", "rmse_after_warmup", "nlpd", "us_per_step", "ratio_vs_mlp"):
+            assert math.isfinite(r[key]) and (key == "nlpd" or r[key] > 0), (key, r)
+    csv_text = res.paths["csv"].read_text()
+    assert csv_text.splitlines()[0].startswith("method,rmse")
+    assert "EKF full" in res.paths["markdown"].read_text()
+    # predictions are in MPa (the target's units), one per row
+    run = res.runs["EKF full"]
+    assert run["mean"].shape == (60,) and np.all(run["std"] > 0)
+
+
+def test_demo_cli_without_figure(tmp_path, capsys):
+    import torch
+
+    threads = torch.get_num_threads()
+    assert main(["demo", "--quick", "--n-rows", "30", "--out", str(tmp_path), "--no-figure"]) == 0
+    out = capsys.readouterr().out
+    assert "RMSE [MPa]" in out and "EKF full" in out
+    assert (tmp_path / "prequential_concrete.csv").is_file()
+    assert not (tmp_path / "prequential_concrete.png").exists()
+    assert torch.get_num_threads() == threads  # --threads is undone after the command
+
+
+def test_speed_tiny_returns_finite_numbers(tmp_path):
+    path = tmp_path / "speed.json"
+    res = speed.run_speed(n_rows=4, repeats=1, verbose=False, json_path=path)
+    names = [r["config"] for r in res["results"]]
+    assert names == [c.name for c in speed.CONFIGS] + ["MLPRegressor.partial_fit"]
+    for r in res["results"]:
+        assert r["error"] is None, r
+        for key in ("us_per_row", "us_per_step", "ratio_vs_mlp"):
+            assert math.isfinite(r[key]) and r[key] > 0, (key, r)
+        assert r["n_params"] == 501
+    saved = json.loads(path.read_text())
+    assert {"environment", "settings", "results"} <= set(saved)
+    assert saved["results"][0]["target_us"] == 400.0
+
+
+def test_speed_cli_parses_and_rejects_unknown_config(tmp_path, capsys):
+    args = build_parser().parse_args(["speed", "--n-rows", "3", "--repeats", "1", "--dtype", "float32",
+                                      "--only", "EKF vd", "--no-baseline"])
+    assert (args.n_rows, args.repeats, args.dtype, args.only) == (3, 1, "float32", ["EKF vd"])
+    assert main(["speed", "--n-rows", "2", "--repeats", "1", "--only", "EKF vd", "--no-baseline",
+                 "--json", str(tmp_path / "s.json")]) == 0
+    assert [r["config"] for r in json.loads((tmp_path / "s.json").read_text())["results"]] == ["EKF vd"]
+    assert main(["speed", "--only", "no-such-config"]) == 2
+    assert "unknown configuration" in capsys.readouterr().out
+
+
+def test_parser_lists_every_command():
+    parser = build_parser()
+    for name in COMMANDS:
+        assert parser.parse_args([name]).command == name
+    with pytest.raises(SystemExit):
+        parser.parse_args([])
+
+
+def test_load_stream_standardises_on_the_warmup_prefix():
+    s = _common.load_stream("concrete", n_rows=200, seed=0)
+    assert s.X.shape == (200, 8) and s.n_warmup == 20
+    np.testing.assert_allclose(s.X[:20].mean(0), 0, atol=1e-12)
+    np.testing.assert_allclose(s.y[:20].std(), 1)
+    np.testing.assert_allclose(s.y * s.y_scale + s.y_mean, s.y_raw)
+    # same order as the full stream's prefix
+    full = _common.load_stream("concrete", seed=0)
+    np.testing.assert_array_equal(full.order[:200], s.order)
+    with pytest.raises(ValueError):
+        _common.load_stream("concrete", n_rows=1)
+
+
+def test_scores_and_table_helpers():
+    from scipy.stats import norm
+
+    y, m, s = np.array([0.0, 1.0, -2.0]), np.array([0.5, 0.0, 0.0]), np.array([1.0, 2.0, 0.5])
+    np.testing.assert_allclose(_common.gaussian_nlpd(y, m, s), -norm.logpdf(y, m, s))
+    np.testing.assert_allclose(_common.running_rmse([3.0, 4.0]), [3.0, 5.0 / np.sqrt(2)])
+    # σ_t uses only the errors before t, shrunk to the prior variance by one pseudo-row
+    np.testing.assert_allclose(_common.running_residual_std([2.0, 4.0, 0.0], 1.0),
+                               np.sqrt([1.0, 5.0 / 2, 21.0 / 3]))
+    cols = [("name", "name", ""), ("v", "value", ".2f")]
+    text = _common.format_table([{"name": "a", "v": 1.0}, {"name": "bb", "v": float("nan")}], cols)
+    assert "1.00" in text and "—" in text
+    md = _common.format_table([{"name": "a", "v": 1.0}], cols, markdown=True)
+    assert md.splitlines()[0].startswith("| name") and "---:" in md
