@@ -5,7 +5,7 @@ Expected failures are listed here, once, each with the reason it is expected.
 
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from skfilter import EKFClassifier, EKFRegressor
+from skfilter import EKFClassifier, EKFRegressor, LoFiClassifier, LoFiRegressor
 
 #: check name -> reason, shared by every filter estimator
 EXPECTED_FAILED_CHECKS = {
@@ -32,6 +32,9 @@ def _estimators():
         EKFClassifier(**small),
         EKFClassifier(covariance="vd", prior_variance=0.01, **small),
         EKFClassifier(covariance="fd", **small),
+        LoFiRegressor(rank=3, **small),
+        LoFiRegressor(rank=2, variant="spherical", svd="orth", **small),
+        LoFiClassifier(rank=3, **small),
     ]
 
 

@@ -74,11 +74,14 @@ def cholesky_or_raise(S: torch.Tensor, what: str = "innovation covariance") -> t
     return L
 
 
-def check_finite_positive(mean: torch.Tensor, variances: torch.Tensor) -> None:
-    """Raise :class:`FilterStepError` unless ``mean`` is finite and ``variances`` finite and > 0."""
+def check_finite_positive(mean: torch.Tensor, variances: torch.Tensor, *others: torch.Tensor) -> None:
+    """Raise :class:`FilterStepError` unless ``mean`` (and ``others``) are finite and ``variances``
+    finite and > 0."""
     # one host sync: max/min propagate NaN, and an inf shows in the largest magnitude
-    big_mean, big_var, smallest = torch.stack((mean.abs().amax(), variances.amax(), variances.amin())).tolist()
-    if not (math.isfinite(big_mean) and math.isfinite(big_var) and smallest > 0):
+    parts = [mean.abs().amax(), variances.amax(), variances.amin()]
+    parts += [o.abs().amax() for o in others if o.numel()]
+    vals = torch.stack(parts).tolist()
+    if not (all(math.isfinite(v) for v in vals) and vals[2] > 0):
         raise FilterStepError(
             "The filter step produced non-finite values or non-positive variances; "
             "the last good belief is kept. Try a smaller prior_variance or a larger obs_variance."

@@ -32,7 +32,6 @@ import math
 
 import torch
 
-from ..exceptions import FilterStepError
 from ._base import Posterior, check_finite_positive, cholesky_or_raise
 
 VARIANTS = ("diagonal", "spherical")
@@ -42,6 +41,19 @@ SVD_METHODS = ("full", "orth")
 
 def _cholesky_solve(Lc, B):
     return torch.cholesky_solve(B, Lc, upper=False)
+
+
+def _left_singular_scaled(Wt: torch.Tensor) -> torch.Tensor:
+    """``Ũ Λ̃`` of the thin SVD ``Wt = Ũ Λ̃ Ṽᵀ``, columns by decreasing singular value (eq. 37).
+
+    Computed as ``Wt Ṽ`` from the eigenvectors ``Ṽ`` of the small Gram matrix ``Wtᵀ Wt``: no
+    division by singular values (zero columns at start-up are harmless), and since ``Ṽ`` is
+    orthogonal, ``rowsum((ŨΛ̃)²) = rowsum(Wt²)`` holds to rounding, so the diagonal correction of
+    eq. 39 is exact. Cheaper than a ``P × (L+m)`` SVD; the retained subspace agrees with it except
+    for (near-)ties of singular values, where any choice is equally valid.
+    """
+    _, V = torch.linalg.eigh(Wt.T @ Wt)
+    return Wt @ V.flip(-1)
 
 
 class LowRankPrecision(Posterior):
@@ -94,7 +106,7 @@ class LowRankPrecision(Posterior):
         self.ups = torch.full((P,) if variant == "diagonal" else (1,), eta0, **opts)
         self.W = torch.zeros(P, self.rank, **opts)
         # prior-predictive precision η_t (eq. 76) and mean Γ_t μ₀ (eq. 77), for inflation
-        self.eta_pp = torch.tensor(eta0, **opts)
+        self.eta_pp = eta0
         self.prior_mean = mean.clone() if inflation == "bayesian" else None
         self._gen = torch.Generator(device=mean.device)
         self._gen.manual_seed(int(seed))
@@ -210,18 +222,13 @@ class LowRankPrecision(Posterior):
             W_new = self._orth_update(W_p, Hw.T)
             ups_new = ups_p
         else:
-            U, S, _ = torch.linalg.svd(Wt, full_matrices=False)
-            US = U * S
+            US = _left_singular_scaled(Wt)
             W_new = US[:, :L]
-            if W_new.shape[1] < L:  # P < L: pad with zero directions
-                W_new = torch.cat([W_new, W_new.new_zeros(P, L - W_new.shape[1])], dim=1)
             if self.variant == "diagonal":
                 ups_new = ups_p + (US[:, L:] ** 2).sum(1)
             else:
                 ups_new = ups_p
-        check_finite_positive(mu, ups_new)
-        if not bool(torch.isfinite(W_new).all()):
-            raise FilterStepError("The LoFi step produced non-finite low-rank factors; the last good belief is kept.")
+        check_finite_positive(mu, ups_new, W_new)
         eta_pp = 1.0 / (gamma * gamma / self.eta_pp + q_eff)
         m0 = None if self.prior_mean is None else self.prior_mean * gamma
         return (mu, ups_new, W_new, eta_pp, m0), quad
@@ -290,7 +297,7 @@ class LowRankPrecision(Posterior):
         return self.mean + x + (eps - x @ self.W) @ Lm.T
 
     def state_dict(self):
-        out = {"mean": self.mean, "ups": self.ups, "W": self.W, "eta_pp": self.eta_pp}
+        out = {"mean": self.mean, "ups": self.ups, "W": self.W}
         if self.prior_mean is not None:
             out["prior_mean"] = self.prior_mean
         return out
