@@ -1,4 +1,4 @@
-"""Prequential (one-step-ahead) benchmark on the UCI concrete stream: EKFs against SGD baselines.
+"""Prequential (one-step-ahead) benchmark on the UCI concrete stream: EKFs and LoFi against SGD baselines.
 
 The 1,030 rows of the bundled UCI ``concrete`` data set (8 inputs, compressive strength in MPa) are
 streamed once in a fixed shuffled order (seed 0). Every method predicts row ``t`` from rows
@@ -12,6 +12,7 @@ Methods (all on the MLP 8-50-1 with ReLU, ``P = 501`` parameters, except SGDRegr
 * ``EKF vd`` — diagonal, precision matching (the paper's VD mean update; it needs a small
   ``prior_variance``, its mean step is not the exact EKF mean and overshoots with a wide prior);
 * ``EKF fd`` — diagonal, variance matching;
+* ``LoFi rank 10`` — :class:`~skfilter.LoFiRegressor`, diagonal-plus-rank-10 precision;
 * ``MLPRegressor.partial_fit`` — scikit-learn's MLP (50 hidden units, Adam, default learning rate)
   fed one row per ``partial_fit`` call;
 * ``SGDRegressor.partial_fit`` — a linear model by SGD, one row per call.
@@ -98,6 +99,18 @@ def _ekf(covariance, prior_variance, obs_variance):
     return make, params
 
 
+def _lofi(rank, prior_variance, obs_variance):
+    params = dict(hidden_layer_sizes=(50,), activation="relu", rank=rank,
+                  prior_variance=prior_variance, obs_variance=obs_variance)
+
+    def make(seed):
+        from .. import LoFiRegressor
+
+        return LoFiRegressor(**params, random_state=seed)
+
+    return make, params
+
+
 def _mlp(seed):
     from sklearn.neural_network import MLPRegressor
 
@@ -122,6 +135,8 @@ def default_methods() -> list:
                              ("EKF fd", "fd", 0.1, 0.1)]:
         make, params = _ekf(cov, pv, r)
         out.append(Method(name, make, "filter", params))
+    make, params = _lofi(10, 0.1, 0.1)
+    out.append(Method("LoFi rank 10", make, "filter", params))
     out.append(Method(REFERENCE, _mlp, "sklearn", {"hidden_layer_sizes": (50,), "solver": "adam",
                                                    "learning_rate_init": 1e-3}))
     out.append(Method("SGDRegressor.partial_fit", _sgd, "sklearn", {"learning_rate": "invscaling",

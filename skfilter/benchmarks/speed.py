@@ -85,6 +85,21 @@ def ekf_config(covariance, prior_variance, target_us=None, batch_size=1, obs_var
     return SpeedConfig(f"EKF {covariance}", make, batch_size, target_us, covariance)
 
 
+def lofi_config(rank, prior_variance, target_us=None, batch_size=1, obs_variance=0.1,
+                variant="diagonal") -> SpeedConfig:
+    """A :class:`SpeedConfig` of :class:`~skfilter.LoFiRegressor` of rank ``rank``."""
+
+    def make(device, dtype, seed, batch_size):
+        from .. import LoFiRegressor
+
+        return LoFiRegressor(hidden_layer_sizes=(50,), rank=rank, variant=variant, prior_variance=prior_variance,
+                             obs_variance=obs_variance, batch_size=batch_size, device=device, dtype=dtype,
+                             random_state=seed)
+
+    name = f"LoFi r{rank}" + ("" if variant == "diagonal" else " sph")
+    return SpeedConfig(name, make, batch_size, target_us, f"lofi-{variant} L={rank}")
+
+
 def with_batch_sizes(configs, batch_sizes) -> list:
     """Each configuration at each batch size (``name`` suffixed ``' b8'`` etc. for sizes other than 1).
 
@@ -114,6 +129,7 @@ CONFIGS = [
     ekf_config("full", 0.1, target_us=400.0),
     ekf_config("vd", 0.01, target_us=150.0),
     ekf_config("fd", 0.1, target_us=150.0),
+    lofi_config(10, 0.1, target_us=150.0),
 ]
 
 
