@@ -147,9 +147,15 @@ class FilterClassifierMixin(ClassifierMixin):
         self._fit(X, y, sample_weight, reset=False, classes=classes, n_epochs=1)
         return self
 
-    def _prequential_output(self, rec, return_std, method):
+    def _check_prequential_args(self, return_std, method):
         if return_std:
             raise ValueError("return_std is only available for regressors.")
+        if method not in ("predict", "predict_proba", "predict_log_proba"):
+            raise ValueError(
+                f"method must be 'predict', 'predict_proba' or 'predict_log_proba', got {method!r}."
+            )
+
+    def _prequential_output(self, rec, return_std, method):
         proba = _numpy(rec)
         if method == "predict_proba":
             return proba

@@ -127,7 +127,7 @@ class BaseFilter(BaseEstimator):
 
     # -- data -----------------------------------------------------------------------------------
     def _tensor(self, a, dtype=None):
-        return torch.tensor(np.asarray(a), dtype=dtype or self._dtype, device=self._device)
+        return torch.tensor(np.ascontiguousarray(a), dtype=dtype or self._dtype, device=self._device)
 
     def _validate_X(self, X, reset):
         return validate_data(self, X, reset=reset, accept_sparse=False, dtype=[np.float64, np.float32],

@@ -188,11 +188,13 @@ class FilterRegressorMixin(RegressorMixin):
             raise AttributeError("obs_variance_ exists only for the Gaussian likelihood.")
         return _numpy(self._noise_state["r"]).copy()
 
+    def _check_prequential_args(self, return_std, method):
+        if method != "predict":
+            raise ValueError(f"method must be 'predict' for a regressor, got {method!r}.")
+
     def _prequential_output(self, rec, return_std, method):
         C = self.n_outputs_
         mean = self._shape_output(_numpy(rec[:, :C]))
-        if method != "predict":
-            raise ValueError(f"method must be 'predict' for a regressor, got {method!r}.")
         if not return_std:
             return mean
         return mean, self._shape_output(_numpy((rec[:, C:2 * C] + rec[:, 2 * C:]).clamp_min(0).sqrt()))

@@ -58,6 +58,9 @@ class OnlineFilter:
         mu_pred = post.mean * gamma if gamma != 1.0 else post.mean
         f, J = self.adapter.forward_jacobian(mu_pred, X)
         noise = self.likelihood.next_state(self.noise_state, f, Y, w)
+        if noise is not self.noise_state and not bool(torch.isfinite(noise["r"]).all()):
+            raise FilterStepError("The online observation-variance estimate became non-finite; "
+                                  "the last good belief is kept.")
         Hw, ew = self.likelihood.whiten(f, J, Y, noise)
         if w is not None:
             sw = w.sqrt()

@@ -51,5 +51,6 @@ def prequential_predict(estimator, X, y, *, return_std=False, method="predict", 
         raise TypeError(f"prequential_predict needs a skfilter filter estimator, got {type(estimator).__name__}.")
     if classes is not None and not is_classifier(estimator):
         raise ValueError("classes only applies to classifiers.")
+    estimator._check_prequential_args(return_std, method)
     rec = estimator._fit(X, y, sample_weight, reset=True, classes=classes, n_epochs=1, record=True)
     return estimator._prequential_output(rec, return_std, method)

@@ -46,10 +46,12 @@ class DiagonalCovariance(Posterior):
     def propose(self, Hw, ew, gamma=1.0, q=0.0, J=None):
         v = self._predicted_var(gamma, q)
         mu = self.mean * gamma if gamma != 1.0 else self.mean
+        L = None
         if self.projection == "fd" or self.vd_mean == "exact":
             HV = Hw * v
             if Hw.shape[0] == 1:  # scalar innovation: no factorisation (NaN if S < 0, caught below)
                 s = torch.dot(HV[0], Hw[0]).add_(1.0).sqrt_()
+                L = s
                 Z = HV / s
                 mu = mu + Z[0] * (ew[0] / s)
             else:
@@ -65,7 +67,7 @@ class DiagonalCovariance(Posterior):
             new_var = 1.0 / (1.0 / v + (Hw * Hw).sum(0))
             if self.vd_mean == "paper":
                 mu = mu + new_var * (Hw.T @ ew)
-        check_finite_positive(mu, new_var)
+        check_finite_positive(mu, new_var, *(() if L is None else (L,)))  # overflow makes S infinite
         quad = None
         if J is not None:
             quad = torch.bmm(J * v, J.transpose(1, 2))

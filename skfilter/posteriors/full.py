@@ -52,6 +52,7 @@ class FullCovariance(Posterior):
         if m == 1:
             # S = 1 + h Σ⁻ hᵀ ≥ 1 for PSD Σ⁻; a negative S gives NaN, caught by the check below
             s = torch.dot(Hw[0], SHt[:, 0]).add_(1.0).sqrt_()
+            L = s
             V = SHt / s
             mu = mu + V[:, 0] * (ew[0] / s)
         else:
@@ -65,7 +66,7 @@ class FullCovariance(Posterior):
         new_diag = new_diag - (V * V).sum(1)
         if q:
             new_diag = new_diag + q
-        check_finite_positive(mu, new_diag)
+        check_finite_positive(mu, new_diag, L)  # an overflowing row makes S (so L) infinite
         quad = None
         if J is not None:
             n, C, _ = J.shape

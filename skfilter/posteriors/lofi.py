@@ -228,7 +228,7 @@ class LowRankPrecision(Posterior):
                 ups_new = ups_p + (US[:, L:] ** 2).sum(1)
             else:
                 ups_new = ups_p
-        check_finite_positive(mu, ups_new, W_new)
+        check_finite_positive(mu, ups_new, W_new, Lg)
         eta_pp = 1.0 / (gamma * gamma / self.eta_pp + q_eff)
         m0 = None if self.prior_mean is None else self.prior_mean * gamma
         return (mu, ups_new, W_new, eta_pp, m0), quad
