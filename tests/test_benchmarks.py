@@ -14,7 +14,7 @@ def test_demo_quick_writes_figure_and_table(tmp_path):
     pytest.importorskip("matplotlib")
     res = demo.run_demo(n_rows=60, out=tmp_path / "out", quick=True, verbose=False)
     names = [r["method"] for r in res.rows]
-    assert names == ["EKF full", "EKF vd", "EKF fd", "MLPRegressor.partial_fit", "SGDRegressor.partial_fit"]
+    assert names == ["EKF full", "EKF vd", "EKF fd", "LoFi rank 10", "MLPRegressor.partial_fit", "SGDRegressor.partial_fit"]
     for key in ("figure", "csv", "markdown"):
         assert res.paths[key].is_file() and res.paths[key].stat().st_size > 0
     assert res.paths["figure"].name == "prequential_concrete.png"
