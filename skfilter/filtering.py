@@ -55,7 +55,7 @@ class OnlineFilter:
         holds the previous belief); its return value is returned.
         """
         post, gamma, q = self.posterior, self.decay, self.process_noise
-        mu_pred = post.mean * gamma if gamma != 1.0 else post.mean
+        mu_pred = post.predicted_mean(gamma, q)
         f, J = self.adapter.forward_jacobian(mu_pred, X)
         noise = self.likelihood.next_state(self.noise_state, f, Y, w)
         if noise is not self.noise_state and not bool(torch.isfinite(noise["r"]).all()):

@@ -30,6 +30,10 @@ class Posterior:
         """
         raise NotImplementedError
 
+    def predicted_mean(self, gamma=1.0, q=0.0) -> torch.Tensor:
+        """``μ_{t|t−1}``, the mean after the dynamics, where the next step linearises ``h``."""
+        return self.mean * gamma if gamma != 1.0 else self.mean
+
     def commit(self, pending) -> None:
         """Install a belief returned by :meth:`propose`."""
         raise NotImplementedError

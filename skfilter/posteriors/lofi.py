@@ -108,8 +108,8 @@ class LowRankPrecision(Posterior):
         # prior-predictive precision η_t (eq. 76) and mean Γ_t μ₀ (eq. 77), for inflation
         self.eta_pp = eta0
         self.prior_mean = mean.clone() if inflation == "bayesian" else None
-        self._gen = torch.Generator(device=mean.device)
-        self._gen.manual_seed(int(seed))
+        self._seed = int(seed)
+        self.n_steps = 0
 
     # -- helpers -------------------------------------------------------------------------------
     def _q(self, gamma, q):
@@ -180,18 +180,27 @@ class LowRankPrecision(Posterior):
     def _ups_vec(self, ups):
         return ups.expand(self.n_params) if ups.numel() == 1 else ups
 
-    def _orth_update(self, W, G):
-        """Alg. 8: orthogonal-projection incremental SVD of ``[W, G]`` (spherical, ``W = U diag(λ)``)."""
+    def _orth_update(self, W, G, step):
+        """Alg. 8: orthogonal-projection incremental SVD of ``[W, G]`` (spherical, ``W = U diag(λ)``).
+
+        Columns of ``G`` are taken in a random order drawn from ``(seed, step)`` (so a failed,
+        uncommitted step does not change later ones). A residual ``v`` below ``√ε ‖g‖`` is rounding
+        noise of a column already in ``span(U)`` and never enters the basis.
+        """
+        if W.shape[1] == 0:
+            return W
         lam = W.norm(dim=0)
         U = W / lam.clamp_min(torch.finfo(W.dtype).tiny)
         U = torch.where(lam > 0, U, torch.zeros_like(U))
-        order = torch.randperm(G.shape[1], generator=self._gen, device=torch.device("cpu")).tolist()
+        gen = torch.Generator().manual_seed(self._seed * 1_000_003 + step)
+        order = torch.randperm(G.shape[1], generator=gen).tolist()
+        rel_tol = math.sqrt(torch.finfo(W.dtype).eps)
         for j in order:
             g = G[:, j]
             v = g - U @ (U.T @ g)
-            nv = v.norm()
+            nv, ng = v.norm(), g.norm()
             k = int(torch.argmin(lam))
-            if bool(nv > lam[k]):
+            if bool((nv > lam[k]) & (nv > rel_tol * ng)):
                 U = U.clone()
                 lam = lam.clone()
                 U[:, k] = v / nv
@@ -219,7 +228,7 @@ class LowRankPrecision(Posterior):
         # truncation to rank L
         L = self.rank
         if self.svd == "orth":
-            W_new = self._orth_update(W_p, Hw.T)
+            W_new = self._orth_update(W_p, Hw.T, self.n_steps)
             ups_new = ups_p
         else:
             US = _left_singular_scaled(Wt)
@@ -235,6 +244,13 @@ class LowRankPrecision(Posterior):
 
     def commit(self, pending):
         self.mean, self.ups, self.W, self.eta_pp, self.prior_mean = pending
+        self.n_steps += 1
+
+    def predicted_mean(self, gamma=1.0, q=0.0):
+        """``μ_{t|t−1}``: ``γ μ́`` with ``μ́`` the (Bayesian-)inflated mean (eq. 79), else ``γ μ``."""
+        if self.inflation != "bayesian" or self.inflation_factor == 0.0:
+            return super().predicted_mean(gamma, q)
+        return self._predicted(gamma, q)[0]
 
     # -- predictive ------------------------------------------------------------------------------
     def _quad(self, J, ups, W):
@@ -302,9 +318,3 @@ class LowRankPrecision(Posterior):
             out["prior_mean"] = self.prior_mean
         return out
 
-    def to(self, device=None, dtype=None):
-        super().to(device=device, dtype=dtype)
-        gen = torch.Generator(device=self.mean.device)
-        gen.manual_seed(int(self._gen.initial_seed()))
-        self._gen = gen
-        return self
