@@ -61,6 +61,17 @@ class BaseFilter(BaseEstimator):
     """Base class of the filter estimators (see the module docstring). Not for direct use."""
 
     # -- parameters ---------------------------------------------------------------------------
+    def _store_init_params(self, params: dict):
+        """Store ``__init__``'s arguments (its ``locals()``) as attributes, unvalidated (scikit-learn
+        convention), ``**module_kwargs`` entries under their own names."""
+        params = dict(params)
+        params.pop("self")
+        params.pop("__class__", None)
+        module_kwargs = params.pop("module_kwargs", {})
+        for key, value in params.items():
+            setattr(self, key, value)
+        self._store_module_kwargs(module_kwargs)
+
     def _store_module_kwargs(self, kwargs):
         # stored as given; names other than module__<name> are rejected by fit (scikit-learn
         # convention: __init__ never validates)

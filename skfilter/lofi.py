@@ -126,30 +126,7 @@ class LoFiRegressor(_LoFiStructure, FilterRegressorMixin, BaseFilter):
                  prior_variance=1.0, obs_variance=1.0, likelihood="gaussian", process_noise=0.0, decay=1.0,
                  n_epochs=1, shuffle=False, batch_size=1, predictive="linearized", n_mc_samples=100,
                  random_state=None, device="cpu", dtype=None, verbose=0, **module_kwargs):
-        self.hidden_layer_sizes = hidden_layer_sizes
-        self.activation = activation
-        self.module = module
-        self.rank = rank
-        self.variant = variant
-        self.inflation = inflation
-        self.inflation_factor = inflation_factor
-        self.svd = svd
-        self.steady_state = steady_state
-        self.prior_variance = prior_variance
-        self.obs_variance = obs_variance
-        self.likelihood = likelihood
-        self.process_noise = process_noise
-        self.decay = decay
-        self.n_epochs = n_epochs
-        self.shuffle = shuffle
-        self.batch_size = batch_size
-        self.predictive = predictive
-        self.n_mc_samples = n_mc_samples
-        self.random_state = random_state
-        self.device = device
-        self.dtype = dtype
-        self.verbose = verbose
-        self._store_module_kwargs(module_kwargs)
+        self._store_init_params(locals())
 
 
 class LoFiClassifier(_LoFiStructure, FilterClassifierMixin, BaseFilter):
@@ -179,25 +156,4 @@ class LoFiClassifier(_LoFiStructure, FilterClassifierMixin, BaseFilter):
                  prior_variance=1.0, process_noise=0.0, decay=1.0, n_epochs=1, shuffle=False, batch_size=1,
                  predictive="probit", n_mc_samples=100, random_state=None, device="cpu", dtype=None,
                  verbose=0, **module_kwargs):
-        self.hidden_layer_sizes = hidden_layer_sizes
-        self.activation = activation
-        self.module = module
-        self.rank = rank
-        self.variant = variant
-        self.inflation = inflation
-        self.inflation_factor = inflation_factor
-        self.svd = svd
-        self.steady_state = steady_state
-        self.prior_variance = prior_variance
-        self.process_noise = process_noise
-        self.decay = decay
-        self.n_epochs = n_epochs
-        self.shuffle = shuffle
-        self.batch_size = batch_size
-        self.predictive = predictive
-        self.n_mc_samples = n_mc_samples
-        self.random_state = random_state
-        self.device = device
-        self.dtype = dtype
-        self.verbose = verbose
-        self._store_module_kwargs(module_kwargs)
+        self._store_init_params(locals())
