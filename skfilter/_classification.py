@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 from sklearn.base import ClassifierMixin
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
-from ._estimator import _check_int, _numpy
+from ._estimator import _numpy
+from ._validation import check_class_module_outputs, check_int, encode_class_labels
 from .likelihoods import Bernoulli, Categorical, probit_probabilities
 
 _CLASSIFICATION_PREDICTIVES = ("probit", "plugin", "mc")
@@ -32,42 +32,21 @@ class FilterClassifierMixin(ClassifierMixin):
     def _check_target_params(self):
         if self.predictive not in _CLASSIFICATION_PREDICTIVES:
             raise ValueError(f"predictive must be one of {_CLASSIFICATION_PREDICTIVES}, got {self.predictive!r}.")
-        _check_int(self.n_mc_samples, "n_mc_samples", 1)
+        check_int(self.n_mc_samples, "n_mc_samples", 1)
         return {}
 
     def _y_validation_kwargs(self):
         return {}
 
     def _encode_targets(self, y, first, classes=None):
-        check_classification_targets(y)
-        if first:
-            if classes is None:
-                classes = np.unique(y)
-            else:
-                classes = np.unique(np.asarray(classes))
-            if len(classes) < 2:
-                raise ValueError(
-                    f"{type(self).__name__} needs at least two classes; got one class only: {classes!r}."
-                )
-            self.classes_ = classes
-        elif classes is not None and not np.array_equal(np.unique(np.asarray(classes)), self.classes_):
-            raise ValueError(f"classes={classes!r} differs from the classes of the first call, {self.classes_!r}.")
-        unseen = np.setdiff1d(np.unique(y), self.classes_)
-        if unseen.size:
-            raise ValueError(f"y contains labels {unseen!r} that are not in classes_ {self.classes_!r}.")
-        return np.searchsorted(self.classes_, y)
+        return encode_class_labels(self, y, first, classes)
 
     def _n_model_outputs(self):
         K = len(self.classes_)
         return 1 if K == 2 else K
 
     def _check_module_outputs(self, n_outputs):
-        K = len(self.classes_)
-        if n_outputs != K and not (K == 2 and n_outputs == 1):
-            raise ValueError(
-                f"The module has {n_outputs} output(s); {K} classes need {K} logits"
-                + (" or a single logit." if K == 2 else ".")
-            )
+        check_class_module_outputs(n_outputs, len(self.classes_))
 
     def _make_likelihood(self, n_outputs, cfg):
         return Bernoulli() if n_outputs == 1 else Categorical()

@@ -19,87 +19,29 @@ Guarantees (DESIGN.md, conventions):
 
 from __future__ import annotations
 
-import contextlib
-import numbers
-
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
-from ._utils import check_scalar, resolve_device, resolve_dtype, torch_generator
-from .exceptions import FilterStepError
+from ._utils import check_scalar, progress_bar, resolve_device, resolve_dtype, torch_generator
 from .filtering import OnlineFilter
-from .models import ACTIVATIONS, build_module, make_adapter
+from .models import build_module, make_adapter
+from ._validation import check_int, check_network_params, check_no_unknown_kwargs, unchanged_on_error
+from ._validation import PrefixedParamsMixin
 
 #: maximal number of Jacobian entries (rows × outputs × parameters) held at once when predicting
 _PREDICT_CHUNK_ENTRIES = 1 << 23
 
 
-@contextlib.contextmanager
-def _unchanged_on_error(est):
-    """Restore ``est.__dict__`` if the block raises anything but a filter-step failure."""
-    snapshot = dict(vars(est))
-    try:
-        yield
-    except FilterStepError:
-        raise
-    except BaseException:
-        vars(est).clear()
-        vars(est).update(snapshot)
-        raise
-
-
-def _check_int(value, name, low):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}.")
-    return int(value)
-
-
-class BaseFilter(BaseEstimator):
+class BaseFilter(PrefixedParamsMixin, BaseEstimator):
     """Base class of the filter estimators (see the module docstring). Not for direct use."""
 
     # -- parameters ---------------------------------------------------------------------------
-    def _store_init_params(self, params: dict):
-        """Store ``__init__``'s arguments (its ``locals()``) as attributes, unvalidated (scikit-learn
-        convention), ``**module_kwargs`` entries under their own names."""
-        params = dict(params)
-        params.pop("self")
-        params.pop("__class__", None)
-        module_kwargs = params.pop("module_kwargs", {})
-        for key, value in params.items():
-            setattr(self, key, value)
-        self._store_module_kwargs(module_kwargs)
-
-    def _store_module_kwargs(self, kwargs):
-        # stored as given; names other than module__<name> are rejected by fit (scikit-learn
-        # convention: __init__ never validates)
-        for key, value in kwargs.items():
-            setattr(self, key, value)
-
-    def _module_kwargs(self) -> dict:
-        return {k[len("module__"):]: v for k, v in vars(self).items() if k.startswith("module__")}
-
-    def get_params(self, deep=True):
-        params = super().get_params(deep=deep)
-        params.update({k: v for k, v in vars(self).items() if k.startswith("module__")})
-        return params
-
-    def set_params(self, **params):
-        for key in [k for k in params if k.startswith("module__")]:
-            setattr(self, key, params.pop(key))
-        return super().set_params(**params)
-
     def _check_params(self) -> dict:
         """Validate the hyper-parameters shared by every filter; returns the resolved settings."""
-        known = set(self._get_param_names())
-        unknown = [k for k in vars(self) if not (k in known or k.startswith(("_", "module__")) or k.endswith("_"))]
-        if unknown:
-            raise TypeError(
-                f"{type(self).__name__} got unexpected keyword argument(s) {unknown}; besides the "
-                "documented parameters only module__<name> constructor arguments are accepted."
-            )
+        check_no_unknown_kwargs(self, self._param_prefixes)
         device = resolve_device(self.device)
         cfg = {
             "device": device,
@@ -107,23 +49,9 @@ class BaseFilter(BaseEstimator):
             "prior_variance": check_scalar(self.prior_variance, "prior_variance", low=0.0, include_low=False),
             "process_noise": check_scalar(self.process_noise, "process_noise", low=0.0),
             "decay": check_scalar(self.decay, "decay", low=0.0, high=1.0),
-            "n_epochs": _check_int(self.n_epochs, "n_epochs", 1),
-            "batch_size": _check_int(self.batch_size, "batch_size", 1),
+            "batch_size": check_int(self.batch_size, "batch_size", 1),
         }
-        hls = self.hidden_layer_sizes
-        if isinstance(hls, numbers.Integral) and not isinstance(hls, bool):
-            hls = (hls,)
-        try:
-            hls = tuple(hls)
-        except TypeError as exc:
-            raise ValueError(f"hidden_layer_sizes must be a sequence of ints, got {hls!r}.") from exc
-        for h in hls:
-            _check_int(h, "each hidden layer size", 1)
-        cfg["hidden_layer_sizes"] = tuple(int(h) for h in hls)
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}.")
-        if not isinstance(self.shuffle, (bool, np.bool_)):
-            raise ValueError(f"shuffle must be a bool, got {self.shuffle!r}.")
+        cfg.update(check_network_params(self))
         cfg.update(self._check_structure_params())
         cfg.update(self._check_target_params())
         return cfg
@@ -158,7 +86,7 @@ class BaseFilter(BaseEstimator):
         rng = check_random_state(self.random_state)
         seed = int(rng.randint(0, 2**31 - 1))
         module = build_module(
-            self.module, self._module_kwargs(), n_inputs=X.shape[1], n_outputs=n_outputs,
+            self.module, self._prefixed("module__"), n_inputs=X.shape[1], n_outputs=n_outputs,
             hidden_layer_sizes=cfg["hidden_layer_sizes"], activation=self.activation, seed=seed,
         )
         adapter = make_adapter(module, cfg["device"], cfg["dtype"], X.shape[1])
@@ -189,14 +117,7 @@ class BaseFilter(BaseEstimator):
         Xt, Yt = self._tensor(X), self._tensor(self._target_matrix(Y))
         wt = None if w is None else self._tensor(w)
         n = Xt.shape[0]
-        bar = None
-        if self.verbose and n_epochs * n > 0:
-            try:
-                from tqdm.auto import tqdm
-
-                bar = tqdm(total=n_epochs * n, desc=type(self).__name__, unit="row", leave=False)
-            except ImportError:  # pragma: no cover - tqdm is optional
-                bar = None
+        bar = progress_bar(self.verbose, n_epochs * n, type(self).__name__)
         out = None
         try:
             for epoch in range(n_epochs):
@@ -224,7 +145,7 @@ class BaseFilter(BaseEstimator):
 
     # -- fitting --------------------------------------------------------------------------------
     def _fit(self, X, y, sample_weight, *, reset, classes=None, n_epochs=None, record=False):
-        with _unchanged_on_error(self):
+        with unchanged_on_error(self):
             cfg = self._check_params()
             first = reset or not hasattr(self, "posterior_")
             if not first:

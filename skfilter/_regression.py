@@ -9,7 +9,8 @@ import torch
 from sklearn.base import RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
-from ._estimator import _check_int, _numpy
+from ._estimator import _numpy
+from ._validation import check_int, regression_target_matrix
 from ._utils import seed_from_random_state, torch_generator
 from .likelihoods import Gaussian, Poisson
 
@@ -36,7 +37,7 @@ class FilterRegressorMixin(RegressorMixin):
             raise ValueError(f"likelihood must be one of {_REGRESSION_LIKELIHOODS}, got {self.likelihood!r}.")
         if self.predictive not in _REGRESSION_PREDICTIVES:
             raise ValueError(f"predictive must be one of {_REGRESSION_PREDICTIVES}, got {self.predictive!r}.")
-        _check_int(self.n_mc_samples, "n_mc_samples", 1)
+        check_int(self.n_mc_samples, "n_mc_samples", 1)
         r = self.obs_variance
         if isinstance(r, str):
             if r != "adaptive":
@@ -53,20 +54,15 @@ class FilterRegressorMixin(RegressorMixin):
         return {"multi_output": True, "y_numeric": True}
 
     def _encode_targets(self, y, first, classes=None):
-        y = np.asarray(y, dtype=np.float64)
-        width = 1 if y.ndim == 1 else y.shape[1]
-        if first:
-            self._y_ndim = y.ndim
-            self.n_outputs_ = width
-        elif width != self.n_outputs_:
-            raise ValueError(f"y has {width} output(s) but the estimator was fitted with {self.n_outputs_}.")
+        Y = regression_target_matrix(self, y, first)
+        width = self.n_outputs_
         poisson = self.likelihood == "poisson" if first else self._is_poisson()
-        if poisson and np.any(y < 0):
+        if poisson and np.any(Y < 0):
             raise ValueError("The Poisson likelihood needs non-negative targets (counts).")
         r = self.obs_variance
         if first and not poisson and not isinstance(r, str) and np.ndim(r) == 1 and len(r) != width:
             raise ValueError(f"obs_variance has {len(r)} entries but y has {width} output(s).")
-        return y.reshape(y.shape[0], width)
+        return Y
 
     def _n_model_outputs(self):
         return self.n_outputs_
@@ -165,7 +161,7 @@ class FilterRegressorMixin(RegressorMixin):
         -------
         y_samples : ndarray of shape (n_samples_X, n_samples) or (n_samples_X, n_outputs, n_samples)
         """
-        n_samples = _check_int(n_samples, "n_samples", 1)
+        n_samples = check_int(n_samples, "n_samples", 1)
         Xt = self._predict_tensor(X)
         seed = seed_from_random_state(random_state)
         gen = torch_generator(seed, self._device)

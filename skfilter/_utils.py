@@ -85,3 +85,15 @@ def seed_from_random_state(random_state) -> int:
     from sklearn.utils import check_random_state
 
     return int(check_random_state(random_state).randint(0, 2**31 - 1))
+
+
+def progress_bar(enabled, total: int, desc: str):
+    """A tqdm progress bar over ``total`` rows when ``enabled`` (``verbose > 0``) and tqdm is
+    installed, else ``None``; callers ``update`` and ``close`` it."""
+    if not enabled or total <= 0:
+        return None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # pragma: no cover - tqdm is optional
+        return None
+    return tqdm(total=total, desc=desc, unit="row", leave=False)

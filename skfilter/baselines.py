@@ -28,19 +28,25 @@ through ``train_step`` and ~340-390 µs for a bare torch loop; the resulting wei
 
 from __future__ import annotations
 
-import contextlib
-import numbers
-
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils import check_random_state
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._utils import check_scalar, resolve_device, resolve_dtype
+from ._utils import check_scalar, progress_bar, resolve_device, resolve_dtype
 from .exceptions import FilterStepError
-from .models import ACTIVATIONS, build_module
+from .models import build_module
+from ._validation import (
+    check_class_module_outputs,
+    check_int,
+    check_network_params,
+    check_no_unknown_kwargs,
+    encode_class_labels,
+    regression_target_matrix,
+    PrefixedParamsMixin,
+    unchanged_on_error,
+)
 
 try:  # skorch is an optional dependency of skfilter: only these baselines need it
     import skorch
@@ -59,24 +65,6 @@ OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.o
 _KWARG_PREFIXES = ("module__", "optimizer__")
 
 
-def _check_int(value, name, low):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}.")
-    return int(value)
-
-
-@contextlib.contextmanager
-def _unchanged_on_error(est):
-    """Restore ``est.__dict__`` if the block raises (bad input leaves a fitted estimator as it was)."""
-    snapshot = dict(vars(est))
-    try:
-        yield
-    except BaseException:
-        vars(est).clear()
-        vars(est).update(snapshot)
-        raise
-
-
 def _to_tensor(a, dtype, device) -> torch.Tensor:
     """A copy of the array ``a`` as a tensor (also for read-only arrays, e.g. memory maps)."""
     return torch.from_numpy(np.array(a, copy=True)).to(device=device, dtype=dtype)
@@ -93,45 +81,22 @@ def _all_finite(tensors) -> bool:
     return bool(torch.isfinite(torch.stack([n.to(torch.float64) for n in norms])).all())
 
 
-class _ReplayBase(BaseEstimator):
+class _ReplayBase(PrefixedParamsMixin, BaseEstimator):
     """Shared machinery of the replay-buffer baselines (module docstring). Not for direct use."""
 
+    _param_prefixes = _KWARG_PREFIXES
+
     # -- parameters ---------------------------------------------------------------------------
-    def _store_kwargs(self, kwargs):
-        for key, value in kwargs.items():  # validated by fit (scikit-learn: __init__ never validates)
-            setattr(self, key, value)
-
-    def _prefixed(self, prefix) -> dict:
-        return {k[len(prefix):]: v for k, v in vars(self).items() if k.startswith(prefix)}
-
-    def get_params(self, deep=True):
-        params = super().get_params(deep=deep)
-        params.update({k: v for k, v in vars(self).items() if k.startswith(_KWARG_PREFIXES)})
-        return params
-
-    def set_params(self, **params):
-        for key in [k for k in params if k.startswith(_KWARG_PREFIXES)]:
-            setattr(self, key, params.pop(key))
-        return super().set_params(**params)
-
     def _check_params(self) -> dict:
         if skorch is None:  # pragma: no cover
             raise ImportError("The replay-buffer baselines need skorch: pip install skorch") from _SKORCH_ERROR
-        known = set(self._get_param_names())
-        unknown = [k for k in vars(self)
-                   if not (k in known or k.startswith(("_",) + _KWARG_PREFIXES) or k.endswith("_"))]
-        if unknown:
-            raise TypeError(
-                f"{type(self).__name__} got unexpected keyword argument(s) {unknown}; besides the "
-                "documented parameters only module__<name> and optimizer__<name> arguments are accepted."
-            )
+        check_no_unknown_kwargs(self, self._param_prefixes)
         device = resolve_device(self.device)
         cfg = {
             "device": device,
             "dtype": resolve_dtype(self.dtype, device),
-            "buffer_size": _check_int(self.buffer_size, "buffer_size", 1),
-            "n_inner": _check_int(self.n_inner, "n_inner", 1),
-            "n_epochs": _check_int(self.n_epochs, "n_epochs", 1),
+            "buffer_size": check_int(self.buffer_size, "buffer_size", 1),
+            "n_inner": check_int(self.n_inner, "n_inner", 1),
             "lr": check_scalar(self.lr, "lr", low=0.0, include_low=False),
         }
         opt = self.optimizer
@@ -144,18 +109,7 @@ class _ReplayBase(BaseEstimator):
             raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)} or a torch.optim.Optimizer "
                              f"subclass, got {opt!r}.")
         cfg["optimizer"] = opt
-        hls = self.hidden_layer_sizes
-        if isinstance(hls, numbers.Integral) and not isinstance(hls, bool):
-            hls = (hls,)
-        try:
-            hls = tuple(hls)
-        except TypeError as exc:
-            raise ValueError(f"hidden_layer_sizes must be a sequence of ints, got {hls!r}.") from exc
-        cfg["hidden_layer_sizes"] = tuple(_check_int(h, "each hidden layer size", 1) for h in hls)
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}.")
-        if not isinstance(self.shuffle, (bool, np.bool_)):
-            raise ValueError(f"shuffle must be a bool, got {self.shuffle!r}.")
+        cfg.update(check_network_params(self))
         return cfg
 
     # -- building -------------------------------------------------------------------------------
@@ -237,7 +191,7 @@ class _ReplayBase(BaseEstimator):
     # -- fitting --------------------------------------------------------------------------------
     def _fit(self, X, y, sample_weight=None, *, reset, classes=None, n_epochs=None, record=False):
         """Validate, (re)initialise if needed, then stream the rows (see :meth:`_stream`)."""
-        with _unchanged_on_error(self):
+        with unchanged_on_error(self):
             if sample_weight is not None:
                 raise ValueError(f"{type(self).__name__} does not support sample_weight.")
             cfg = self._check_params()
@@ -266,14 +220,7 @@ class _ReplayBase(BaseEstimator):
         net = self.net_
         B = self._buf_X.shape[0]
         n = Xt.shape[0]
-        bar = None
-        if self.verbose and n_epochs * n > 0:
-            try:
-                from tqdm.auto import tqdm
-
-                bar = tqdm(total=n_epochs * n, desc=type(self).__name__, unit="row", leave=False)
-            except ImportError:  # pragma: no cover - tqdm is optional
-                bar = None
+        bar = progress_bar(self.verbose, n_epochs * n, type(self).__name__)
         out = self._record_buffer(n) if record else None
         try:
             for epoch in range(n_epochs):
@@ -453,20 +400,7 @@ class ReplaySGDRegressor(RegressorMixin, _ReplayBase):
     def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, buffer_size=10, n_inner=1,
                  optimizer="sgd", lr=0.01, n_epochs=1, shuffle=False, random_state=None, device="cpu",
                  dtype=None, verbose=0, **kwargs):
-        self.hidden_layer_sizes = hidden_layer_sizes
-        self.activation = activation
-        self.module = module
-        self.buffer_size = buffer_size
-        self.n_inner = n_inner
-        self.optimizer = optimizer
-        self.lr = lr
-        self.n_epochs = n_epochs
-        self.shuffle = shuffle
-        self.random_state = random_state
-        self.device = device
-        self.dtype = dtype
-        self.verbose = verbose
-        self._store_kwargs(kwargs)
+        self._store_init_params(locals())
 
     # -- targets --------------------------------------------------------------------------------
     def _net_class(self):
@@ -479,14 +413,7 @@ class ReplaySGDRegressor(RegressorMixin, _ReplayBase):
         return {"multi_output": True, "y_numeric": True}
 
     def _encode_targets(self, y, first, classes=None):
-        y = np.asarray(y, dtype=np.float64)
-        width = 1 if y.ndim == 1 else y.shape[1]
-        if first:
-            self._y_ndim = y.ndim
-            self.n_outputs_ = width
-        elif width != self.n_outputs_:
-            raise ValueError(f"y has {width} output(s) but the estimator was fitted with {self.n_outputs_}.")
-        return y.reshape(y.shape[0], width)
+        return regression_target_matrix(self, y, first)
 
     def _n_model_outputs(self):
         return self.n_outputs_
@@ -575,10 +502,14 @@ class ReplaySGDRegressor(RegressorMixin, _ReplayBase):
         std = np.broadcast_to(np.sqrt(self.noise_variance_), f.shape).copy()
         return mean, self._shape_output(std)
 
-    def _prequential_output(self, rec, return_std, method):
-        """Used by :func:`skfilter.model_selection.prequential_predict`."""
+    def _check_prequential_args(self, return_std, method):
+        """Used by :func:`skfilter.model_selection.prequential_predict` before it fits."""
         if method != "predict":
             raise ValueError(f"method must be 'predict' for a regressor, got {method!r}.")
+
+    def _prequential_output(self, rec, return_std, method):
+        """Used by :func:`skfilter.model_selection.prequential_predict`."""
+        self._check_prequential_args(return_std, method)
         C = self.n_outputs_
         rec = rec.detach().cpu().numpy().astype(np.float64)
         mean = self._shape_output(rec[:, :C])
@@ -623,20 +554,7 @@ class ReplaySGDClassifier(ClassifierMixin, _ReplayBase):
     def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, buffer_size=10, n_inner=1,
                  optimizer="sgd", lr=0.01, n_epochs=1, shuffle=False, random_state=None, device="cpu",
                  dtype=None, verbose=0, **kwargs):
-        self.hidden_layer_sizes = hidden_layer_sizes
-        self.activation = activation
-        self.module = module
-        self.buffer_size = buffer_size
-        self.n_inner = n_inner
-        self.optimizer = optimizer
-        self.lr = lr
-        self.n_epochs = n_epochs
-        self.shuffle = shuffle
-        self.random_state = random_state
-        self.device = device
-        self.dtype = dtype
-        self.verbose = verbose
-        self._store_kwargs(kwargs)
+        self._store_init_params(locals())
 
     # -- targets --------------------------------------------------------------------------------
     def _net_class(self):
@@ -649,32 +567,14 @@ class ReplaySGDClassifier(ClassifierMixin, _ReplayBase):
         return {}
 
     def _encode_targets(self, y, first, classes=None):
-        check_classification_targets(y)
-        if first:
-            classes = np.unique(y) if classes is None else np.unique(np.asarray(classes))
-            if len(classes) < 2:
-                raise ValueError(
-                    f"{type(self).__name__} needs at least two classes; got one class only: {classes!r}."
-                )
-            self.classes_ = classes
-        elif classes is not None and not np.array_equal(np.unique(np.asarray(classes)), self.classes_):
-            raise ValueError(f"classes={classes!r} differs from the classes of the first call, {self.classes_!r}.")
-        unseen = np.setdiff1d(np.unique(y), self.classes_)
-        if unseen.size:
-            raise ValueError(f"y contains labels {unseen!r} that are not in classes_ {self.classes_!r}.")
-        return np.searchsorted(self.classes_, y)
+        return encode_class_labels(self, y, first, classes)
 
     def _n_model_outputs(self):
         K = len(self.classes_)
         return 1 if K == 2 else K
 
     def _check_module_outputs(self, n_outputs):
-        K = len(self.classes_)
-        if n_outputs != K and not (K == 2 and n_outputs == 1):
-            raise ValueError(
-                f"The module has {n_outputs} output(s); {K} classes need {K} logits"
-                + (" or a single logit." if K == 2 else ".")
-            )
+        check_class_module_outputs(n_outputs, len(self.classes_))
         self._binary_logit = n_outputs == 1
 
     def _empty_targets(self, B, cfg):
@@ -761,16 +661,20 @@ class ReplaySGDClassifier(ClassifierMixin, _ReplayBase):
         check_is_fitted(self)
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
-    def _prequential_output(self, rec, return_std, method):
-        """Used by :func:`skfilter.model_selection.prequential_predict`."""
+    def _check_prequential_args(self, return_std, method):
+        """Used by :func:`skfilter.model_selection.prequential_predict` before it fits."""
         if return_std:
             raise ValueError("return_std is only available for regressors.")
+        if method not in ("predict", "predict_proba", "predict_log_proba"):
+            raise ValueError(f"method must be 'predict', 'predict_proba' or 'predict_log_proba', got {method!r}.")
+
+    def _prequential_output(self, rec, return_std, method):
+        """Used by :func:`skfilter.model_selection.prequential_predict`."""
+        self._check_prequential_args(return_std, method)
         proba = rec.detach().cpu().numpy().astype(np.float64)
         if method == "predict_proba":
             return proba
         if method == "predict_log_proba":
             with np.errstate(divide="ignore"):
                 return np.log(proba)
-        if method == "predict":
-            return self.classes_[np.argmax(proba, axis=1)]
-        raise ValueError(f"method must be 'predict', 'predict_proba' or 'predict_log_proba', got {method!r}.")
+        return self.classes_[np.argmax(proba, axis=1)]

@@ -8,7 +8,8 @@ parameters ``P``, ``O(P (L + C)²)``, no learning rate.
 from __future__ import annotations
 
 from ._classification import FilterClassifierMixin
-from ._estimator import BaseFilter, _check_int
+from ._estimator import BaseFilter
+from ._validation import check_int
 from ._regression import FilterRegressorMixin
 from ._utils import check_scalar
 from .ekf import _COMMON_ATTRS
@@ -20,7 +21,7 @@ class _LoFiStructure:
     """The LoFi posterior structure (spec/lofi.md §2)."""
 
     def _check_structure_params(self):
-        rank = _check_int(self.rank, "rank", 0)
+        rank = check_int(self.rank, "rank", 0)
         if self.variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}.")
         if self.inflation not in INFLATIONS:

@@ -10,9 +10,14 @@ Commands (one module each, registered in :data:`COMMANDS`):
     Microseconds per filter step on the concrete MLP 8-50-1 (``P = 501``) for a list of named
     configurations, beside ``MLPRegressor.partial_fit`` measured in the same process.
 
+``uci``   (:mod:`skfilter.benchmarks.uci`)
+    The LoFi paper's UCI regression benchmark (spec/lofi.md §5.6): FD/VD/FC-EKF, diagonal and
+    spherical LoFi and replay-buffer SGD at ranks 1-50 on the 20 standard splits of eight datasets,
+    hyper-parameters searched on held-out training rows; RMSE/NLPD/time tables beside the paper's.
+
 A command module exposes ``HELP`` (one line), ``add_arguments(parser)`` and ``main(args)`` (``args``
 an :class:`argparse.Namespace`; returns an exit status). Adding a benchmark (e.g. the LoFi paper's UCI
-benchmark as ``uci``) means writing such a module and adding its name to :data:`COMMANDS`.
+benchmark, ``uci``) means writing such a module and adding its name to :data:`COMMANDS`.
 Matplotlib, tqdm and the other optional dependencies are imported only by the commands that need them.
 """
 
@@ -20,6 +25,7 @@ Matplotlib, tqdm and the other optional dependencies are imported only by the co
 COMMANDS = {
     "demo": ".demo",
     "speed": ".speed",
+    "uci": ".uci",
 }
 
 __all__ = ["COMMANDS"]

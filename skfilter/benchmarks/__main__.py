@@ -1,4 +1,4 @@
-"""Command-line entry point: ``python -m skfilter.benchmarks {demo,speed} [options]``."""
+"""Command-line entry point: ``python -m skfilter.benchmarks {demo,speed,uci} [options]``."""
 
 from __future__ import annotations
 

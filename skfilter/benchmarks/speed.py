@@ -297,7 +297,7 @@ def run_speed(configs=None, n_rows=500, repeats=5, device="cpu", dtype="float64"
             say(f"  {r['config']}: failed ({r['error']})")
     say(f"  µs/row: median over {repeats} partial_fit calls of {n_rows} rows each (after a warm-up fit "
         f"of {WARMUP_ROWS} rows and one untimed call); µs/step = per filter step of `batch` rows.")
-    say(f"  × MLP.partial_fit = µs/row ÷ scikit-learn MLPRegressor((50,)).partial_fit on one row per call "
+    say("  × MLP.partial_fit = µs/row ÷ scikit-learn MLPRegressor((50,)).partial_fit on one row per call "
         "(CPU, same process).")
     say(f"  torch {env['torch']}, {env['torch_threads']} torch threads, {env['cpu_count']} CPUs, load "
         f"average {env['load_average']}.")

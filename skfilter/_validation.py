@@ -1,0 +1,157 @@
+"""Parameter and target validation shared by every skfilter estimator (filters and baselines).
+
+scikit-learn convention: ``__init__`` stores its arguments unvalidated; ``fit``/``partial_fit``
+validate them with these functions, inside :func:`unchanged_on_error`, so that bad input raises a
+clear error and leaves the estimator exactly as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import numbers
+
+import numpy as np
+from sklearn.utils.multiclass import check_classification_targets
+
+from .exceptions import FilterStepError
+from .models import ACTIVATIONS
+
+__all__ = [
+    "check_int",
+    "check_network_params",
+    "check_no_unknown_kwargs",
+    "encode_class_labels",
+    "check_class_module_outputs",
+    "regression_target_matrix",
+    "unchanged_on_error",
+]
+
+
+@contextlib.contextmanager
+def unchanged_on_error(est):
+    """Restore ``est.__dict__`` if the block raises anything but a :class:`FilterStepError`.
+
+    A filter-step failure is not bad input: the estimator keeps the belief (or weights) from before
+    the failing step, which the streaming loop has already put back.
+    """
+    snapshot = dict(vars(est))
+    try:
+        yield
+    except FilterStepError:
+        raise
+    except BaseException:
+        vars(est).clear()
+        vars(est).update(snapshot)
+        raise
+
+
+def check_int(value, name, low):
+    """``int(value)`` if ``value`` is an integer (not a bool) ``>= low``, else ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}.")
+    return int(value)
+
+
+def check_no_unknown_kwargs(est, prefixes):
+    """Reject attributes that are neither parameters nor ``<prefix><name>`` keyword arguments."""
+    known = set(est._get_param_names())
+    unknown = [k for k in vars(est) if not (k in known or k.startswith(("_",) + tuple(prefixes)) or k.endswith("_"))]
+    if unknown:
+        names = " and ".join(f"{p}<name>" for p in prefixes)
+        raise TypeError(
+            f"{type(est).__name__} got unexpected keyword argument(s) {unknown}; besides the "
+            f"documented parameters only {names} arguments are accepted."
+        )
+
+
+def check_network_params(est) -> dict:
+    """Validate ``hidden_layer_sizes``, ``activation``, ``n_epochs`` and ``shuffle``."""
+    hls = est.hidden_layer_sizes
+    if isinstance(hls, numbers.Integral) and not isinstance(hls, bool):
+        hls = (hls,)
+    try:
+        hls = tuple(hls)
+    except TypeError as exc:
+        raise ValueError(f"hidden_layer_sizes must be a sequence of ints, got {hls!r}.") from exc
+    hls = tuple(check_int(h, "each hidden layer size", 1) for h in hls)
+    if est.activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {est.activation!r}.")
+    if not isinstance(est.shuffle, (bool, np.bool_)):
+        raise ValueError(f"shuffle must be a bool, got {est.shuffle!r}.")
+    return {"hidden_layer_sizes": hls, "n_epochs": check_int(est.n_epochs, "n_epochs", 1)}
+
+
+def encode_class_labels(est, y, first, classes=None) -> np.ndarray:
+    """Class indices of the labels ``y`` into ``est.classes_`` (set on the ``first`` call from
+    ``classes`` or the labels seen); unknown labels and changed ``classes`` are errors."""
+    check_classification_targets(y)
+    if first:
+        classes = np.unique(y) if classes is None else np.unique(np.asarray(classes))
+        if len(classes) < 2:
+            raise ValueError(f"{type(est).__name__} needs at least two classes; got one class only: {classes!r}.")
+        est.classes_ = classes
+    elif classes is not None and not np.array_equal(np.unique(np.asarray(classes)), est.classes_):
+        raise ValueError(f"classes={classes!r} differs from the classes of the first call, {est.classes_!r}.")
+    unseen = np.setdiff1d(np.unique(y), est.classes_)
+    if unseen.size:
+        raise ValueError(f"y contains labels {unseen!r} that are not in classes_ {est.classes_!r}.")
+    return np.searchsorted(est.classes_, y)
+
+
+def check_class_module_outputs(n_outputs, n_classes):
+    """A network for ``K`` classes has ``K`` logits, or one logit when ``K = 2``."""
+    if n_outputs != n_classes and not (n_classes == 2 and n_outputs == 1):
+        raise ValueError(
+            f"The module has {n_outputs} output(s); {n_classes} classes need {n_classes} logits"
+            + (" or a single logit." if n_classes == 2 else ".")
+        )
+
+
+def regression_target_matrix(est, y, first) -> np.ndarray:
+    """Targets as an ``(n, C)`` float64 matrix; records ``n_outputs_`` (and the shape of ``y``) on
+    the ``first`` call and checks the number of outputs afterwards."""
+    y = np.asarray(y, dtype=np.float64)
+    width = 1 if y.ndim == 1 else y.shape[1]
+    if first:
+        est._y_ndim = y.ndim
+        est.n_outputs_ = width
+    elif width != est.n_outputs_:
+        raise ValueError(f"y has {width} output(s) but the estimator was fitted with {est.n_outputs_}.")
+    return y.reshape(y.shape[0], width)
+
+
+class PrefixedParamsMixin:
+    """skorch's parameter convention for scikit-learn estimators.
+
+    Keyword arguments ``<prefix><name>=value`` (``prefix`` in :attr:`_param_prefixes`, e.g.
+    ``module__hidden=64``) are stored as attributes under their own names, returned by
+    :meth:`get_params` and accepted by :meth:`set_params`, so that ``clone`` and ``GridSearchCV``
+    handle them like any other parameter. Names with other prefixes are rejected by ``fit``
+    (:func:`check_no_unknown_kwargs`), never by ``__init__``.
+    """
+
+    _param_prefixes: tuple = ("module__",)
+
+    def _store_init_params(self, params: dict):
+        """Store ``__init__``'s arguments (its ``locals()``) as attributes, unvalidated (scikit-learn
+        convention); the entries of its ``**kwargs`` (``**module_kwargs``) under their own names."""
+        params = dict(params)
+        params.pop("self")
+        params.pop("__class__", None)
+        extra = {**params.pop("module_kwargs", {}), **params.pop("kwargs", {})}
+        for key, value in {**params, **extra}.items():
+            setattr(self, key, value)
+
+    def _prefixed(self, prefix: str) -> dict:
+        """The stored ``<prefix><name>`` arguments as ``{name: value}``."""
+        return {k[len(prefix):]: v for k, v in vars(self).items() if k.startswith(prefix)}
+
+    def get_params(self, deep=True):
+        params = super().get_params(deep=deep)
+        params.update({k: v for k, v in vars(self).items() if k.startswith(self._param_prefixes)})
+        return params
+
+    def set_params(self, **params):
+        for key in [k for k in params if k.startswith(self._param_prefixes)]:
+            setattr(self, key, params.pop(key))
+        return super().set_params(**params)
