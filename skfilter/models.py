@@ -325,7 +325,7 @@ _ACT_FWD = {
 
 # φ'(z) from the pre-activation z and activation a = φ(z); None means 1 (identity)
 _DERIVATIVES = {
-    nn.ReLU: lambda z, a: (z > 0).to(z.dtype),
+    nn.ReLU: lambda z, a: torch.sign(a),  # a = relu(z) ≥ 0: sign(a) = 1{z > 0}, in one op
     nn.Tanh: lambda z, a: 1.0 - a * a,
     nn.Sigmoid: lambda z, a: a * (1.0 - a),
     nn.Identity: lambda z, a: None,

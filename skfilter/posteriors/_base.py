@@ -78,14 +78,29 @@ def cholesky_or_raise(S: torch.Tensor, what: str = "innovation covariance") -> t
     return L
 
 
-def check_finite_positive(mean: torch.Tensor, variances: torch.Tensor, *others: torch.Tensor) -> None:
-    """Raise :class:`FilterStepError` unless ``mean`` (and ``others``) are finite and ``variances``
-    finite and > 0."""
-    # one host sync: max/min propagate NaN, and an inf shows in the largest magnitude
-    parts = [mean.abs().amax(), variances.amax(), variances.amin()]
-    parts += [o.abs().amax() for o in others if o.numel()]
-    vals = torch.stack(parts).tolist()
-    if not (all(math.isfinite(v) for v in vals) and vals[2] > 0):
+def check_finite_positive(mean: torch.Tensor, variances: torch.Tensor, *others: torch.Tensor,
+                          info: torch.Tensor | None = None, what: str = "innovation covariance",
+                          positive: bool = True) -> None:
+    """Raise :class:`FilterStepError` unless ``mean`` (and ``others``) are finite, ``variances``
+    finite and (if ``positive``) > 0, and (if given) the ``info`` of :func:`torch.linalg.cholesky_ex` of the ``what``
+    matrix is 0.
+
+    One host synchronisation: a sum is non-finite if any term is (``inf − inf`` is NaN; a finite
+    sum overflowing to ``inf`` means values near the float range, a failure as well), and ``amin``
+    propagates NaN.
+    """
+    total = mean.sum() + variances.sum()
+    for o in others:
+        total = total + o.sum()
+    parts = [total]
+    if positive:
+        parts.append(variances.amin())
+    if info is not None:
+        parts.append(info.max().to(total.dtype) if info.dim() else info.to(total.dtype))
+    vals = torch.stack(parts).tolist() if len(parts) > 1 else [total.item()]
+    if info is not None and vals[-1] != 0:
+        raise FilterStepError(f"The {what} is not positive definite (the belief is degenerate).")
+    if not (math.isfinite(vals[0]) and (not positive or vals[1] > 0)):
         raise FilterStepError(
             "The filter step produced non-finite values or non-positive variances; "
             "the last good belief is kept. Try a smaller prior_variance or a larger obs_variance."

@@ -32,6 +32,7 @@ import math
 
 import torch
 
+from ..exceptions import FilterStepError
 from ._base import Posterior, check_finite_positive, cholesky_or_raise
 
 VARIANTS = ("diagonal", "spherical")
@@ -41,19 +42,6 @@ SVD_METHODS = ("full", "orth")
 
 def _cholesky_solve(Lc, B):
     return torch.cholesky_solve(B, Lc, upper=False)
-
-
-def _left_singular_scaled(Wt: torch.Tensor) -> torch.Tensor:
-    """``Ũ Λ̃`` of the thin SVD ``Wt = Ũ Λ̃ Ṽᵀ``, columns by decreasing singular value (eq. 37).
-
-    Computed as ``Wt Ṽ`` from the eigenvectors ``Ṽ`` of the small Gram matrix ``Wtᵀ Wt``: no
-    division by singular values (zero columns at start-up are harmless), and since ``Ṽ`` is
-    orthogonal, ``rowsum((ŨΛ̃)²) = rowsum(Wt²)`` holds to rounding, so the diagonal correction of
-    eq. 39 is exact. Cheaper than a ``P × (L+m)`` SVD; the retained subspace agrees with it except
-    for (near-)ties of singular values, where any choice is equally valid.
-    """
-    _, V = torch.linalg.eigh(Wt.T @ Wt)
-    return Wt @ V.flip(-1)
 
 
 class LowRankPrecision(Posterior):
@@ -104,34 +92,45 @@ class LowRankPrecision(Posterior):
         opts = {"device": mean.device, "dtype": mean.dtype}
         # diagonal: Υ as a vector; spherical: Υ = η I kept as a length-1 vector
         self.ups = torch.full((P,) if variant == "diagonal" else (1,), eta0, **opts)
-        self.W = torch.zeros(P, self.rank, **opts)
+        # W is stored transposed, (L, P) row-major: its Gram products and the stacking of new rows
+        # (eq. 32) then work on contiguous rows; ``W`` is the (P, L) view.
+        self.WT = torch.zeros(self.rank, P, **opts)
         # prior-predictive precision η_t (eq. 76) and mean Γ_t μ₀ (eq. 77), for inflation
         self.eta_pp = eta0
         self.prior_mean = mean.clone() if inflation == "bayesian" else None
         self._seed = int(seed)
         self.n_steps = 0
 
+    @property
+    def W(self) -> torch.Tensor:
+        """The low-rank factor ``W`` (``(P, L)``, a view of the stored ``WT``)."""
+        return self.WT.T
+
+    @W.setter
+    def W(self, value: torch.Tensor):
+        self.WT = value.T.contiguous()
+
     # -- helpers -------------------------------------------------------------------------------
     def _q(self, gamma, q):
         return (1.0 - gamma * gamma) / self.eta0 if self.steady_state else q
 
-    def _dlr_solve(self, ups, W, v):
-        """``(Υ + W Wᵀ)⁻¹ v`` by Woodbury."""
+    def _dlr_solve(self, ups, WT, v):
+        """``(Υ + W Wᵀ)⁻¹ v`` by Woodbury (``WT = Wᵀ``, ``(L, P)``)."""
         ui = 1.0 / ups
-        if W.shape[1] == 0:
+        if WT.shape[0] == 0:
             return ui * v
-        UW = ui[:, None] * W if ups.numel() > 1 else ui * W
-        M = W.T @ UW
+        UWT = WT * ui
+        M = WT @ UWT.T
         M.diagonal().add_(1.0)
         Lc = cholesky_or_raise(M, "LoFi low-rank system")
-        return ui * v - UW @ _cholesky_solve(Lc, (UW.T @ v).unsqueeze(1)).squeeze(1)
+        return ui * v - UWT.T @ _cholesky_solve(Lc, (UWT @ v).unsqueeze(1)).squeeze(1)
 
-    def _inflate(self, mu, ups, W, eta_pp, m0):
+    def _inflate(self, mu, ups, WT, eta_pp, m0):
         """App. E / F.6: the inflated posterior of step t−1 (identity for α = 0 or None)."""
         a = self.inflation_factor
         if self.inflation is None or a == 0.0:
-            return mu, ups, W
-        W = W / math.sqrt(1.0 + a)
+            return mu, ups, WT
+        WT = WT / math.sqrt(1.0 + a)
         if self.variant == "diagonal":
             if self.inflation == "simple":
                 ups = ups / (1.0 + a)
@@ -141,41 +140,40 @@ class LowRankPrecision(Posterior):
             ups = ups / (1.0 + a)
         if self.inflation == "bayesian":  # eq. 79 (η_{t−1} prior-predictive) / eq. 120 (η spherical)
             eta = eta_pp if self.variant == "diagonal" else ups
-            mu = mu + (a * eta / (1.0 + a)) * self._dlr_solve(ups, W, m0 - mu)
-        return mu, ups, W
+            mu = mu + (a * eta / (1.0 + a)) * self._dlr_solve(ups, WT, m0 - mu)
+        return mu, ups, WT
 
-    def _predict(self, ups, W, gamma, q):
-        """Exact DLR predict (Alg. 2 / Alg. 6): returns ``(Υ⁻, W⁻)``."""
+    def _predict(self, ups, WT, gamma, q):
+        """Exact DLR predict (Alg. 2 / Alg. 6): returns ``(Υ⁻, W⁻ᵀ)`` (``WT = Wᵀ``, ``(L, P)``)."""
         if gamma == 1.0 and not q:
-            return ups, W
+            return ups, WT
         if self.variant == "spherical":
             eta = ups
             denom = gamma * gamma + q * eta
-            if W.shape[1]:
-                lam2 = (W * W).sum(0)
+            if WT.shape[0]:
+                lam2 = (WT * WT).sum(1)
                 scale = torch.sqrt(gamma * gamma / (denom * (denom + q * lam2)))
-                W = W * scale
-            return eta / denom, W
+                WT = WT * scale[:, None]
+            return eta / denom, WT
         if not q:
-            return ups / (gamma * gamma), W / gamma
+            return ups / (gamma * gamma), WT / gamma
         ups_pred = 1.0 / (gamma * gamma / ups + q)
-        if W.shape[1] == 0 or gamma == 0.0:
-            return ups_pred, W * 0.0
-        DW = (ups_pred / ups)[:, None] * W
-        Mc = q * (W.T @ DW)
+        if WT.shape[0] == 0 or gamma == 0.0:
+            return ups_pred, WT * 0.0
+        DWT = WT * (ups_pred / ups)
+        Mc = q * (WT @ DWT.T)
         Mc.diagonal().add_(1.0)  # C⁻¹ = I + q Wᵀ Υ⁻ Υ⁻¹ W
         Lc = cholesky_or_raise(Mc, "LoFi predict system")
         # W⁻ = γ D W chol(C); with C⁻¹ = L Lᵀ, chol(C) may be taken as L⁻ᵀ (only W Wᵀ matters)
-        W_pred = gamma * torch.linalg.solve_triangular(Lc, DW.T, upper=False).T
-        return ups_pred, W_pred
+        return ups_pred, gamma * torch.linalg.solve_triangular(Lc, DWT, upper=False)
 
     def _predicted(self, gamma, q):
         """The predicted belief ``(μ⁻, Υ⁻, W⁻)`` after inflation and dynamics."""
         q = self._q(gamma, q)
-        mu, ups, W = self._inflate(self.mean, self.ups, self.W, self.eta_pp, self.prior_mean)
-        ups_p, W_p = self._predict(ups, W, gamma, q)
+        mu, ups, WT = self._inflate(self.mean, self.ups, self.WT, self.eta_pp, self.prior_mean)
+        ups_p, WT_p = self._predict(ups, WT, gamma, q)
         mu_p = mu * gamma if gamma != 1.0 else mu
-        return mu_p, ups_p, W_p
+        return mu_p, ups_p, WT_p
 
     def _ups_vec(self, ups):
         return ups.expand(self.n_params) if ups.numel() == 1 else ups
@@ -209,41 +207,63 @@ class LowRankPrecision(Posterior):
 
     # -- the step --------------------------------------------------------------------------------
     def propose(self, Hw, ew, gamma=1.0, q=0.0, J=None):
+        """Predict, then update with the ``m`` whitened rows ``Hw (m, P)``, ``ew (m,)`` (Alg. 2–3).
+
+        Work on ``W̃ᵀ = [W⁻ᵀ; Hw]`` (``k = L + m`` contiguous rows of length ``P``): one product
+        ``W̃ᵀ Υ⁻⁻¹ W̃`` gives ``G⁻¹ − I`` and, since ``b = Hwᵀ ew``, also ``W̃ᵀ Υ⁻⁻¹ b`` for the
+        mean (eq. 36); ``W̃ᵀ W̃`` (for spherical LoFi ``η`` times the same product) and its
+        ``k × k`` eigendecomposition give the truncation (eqs. 37–39); every failure check
+        shares one host synchronisation.
+        """
         m, P = Hw.shape
         q_eff = self._q(gamma, q)
-        mu_p, ups_p, W_p = self._predicted(gamma, q)
+        mu_p, ups_p, WT_p = self._predicted(gamma, q)
         quad = None
         if J is not None:
-            quad = self._quad(J, ups_p, W_p)
-        # update (Alg. 3 / 7): mean from the untruncated posterior, eq. 36 / 114
-        Wt = torch.cat([W_p, Hw.T], dim=1)  # P × (L + m)
-        ui = 1.0 / ups_p
-        b = Hw.T @ ew
-        UW = ui[:, None] * Wt if ups_p.numel() > 1 else ui * Wt
-        Mg = Wt.T @ UW
-        Mg.diagonal().add_(1.0)
-        Lg = cholesky_or_raise(Mg, "LoFi update system")
-        ub = ui * b
-        mu = mu_p + ub - UW @ _cholesky_solve(Lg, (Wt.T @ ub).unsqueeze(1)).squeeze(1)
-        # truncation to rank L
+            quad = self._quad(J, ups_p, WT_p.T)
         L = self.rank
+        WtT = torch.cat([WT_p, Hw]) if L else Hw  # W̃ᵀ, (k, P)
+        UWT = WtT * ups_p.reciprocal()  # (Υ⁻¹ W̃)ᵀ; its last m rows are Υ⁻¹ Hwᵀ
+        Z = WtT @ UWT.T  # W̃ᵀ Υ⁻¹ W̃ = G⁻¹ − I, (k, k)
+        # with b = Hwᵀ ew: W̃ᵀ Υ⁻¹ b = Z[:, L:] ew, and Υ⁻¹ b = (Υ⁻¹ Hwᵀ) ew
+        rhs = Z[:, L:] @ ew
+        gram = Z * ups_p if self.variant == "spherical" and self.svd == "full" else None  # W̃ᵀ W̃ = η W̃ᵀ Υ⁻¹ W̃
+        Z.diagonal().add_(1.0)
+        Lg, info = torch.linalg.cholesky_ex(Z)
+        coef = torch.cholesky_solve(rhs.unsqueeze(1), Lg, upper=False).squeeze(1).neg_()
+        coef[L:] += ew
+        # eq. 36: μ = μ⁻ + Υ⁻¹b − Υ⁻¹W̃ G W̃ᵀ Υ⁻¹ b = μ⁻ + (Υ⁻¹W̃) c, c = [0; ew] − G W̃ᵀ Υ⁻¹ b
+        mu = torch.addmv(mu_p, UWT.T, coef)
+        # truncation to rank L
         if self.svd == "orth":
-            W_new = self._orth_update(W_p, Hw.T, self.n_steps)
+            WT_new = self._orth_update(WT_p.T, Hw.T, self.n_steps).T.contiguous()
             ups_new = ups_p
         else:
-            US = _left_singular_scaled(Wt)
-            W_new = US[:, :L]
-            if self.variant == "diagonal":
-                ups_new = ups_p + (US[:, L:] ** 2).sum(1)
+            try:
+                _, V = torch.linalg.eigh(WtT @ WtT.T if gram is None else gram)
+            except torch.linalg.LinAlgError as exc:  # non-finite W̃ (the mean is then non-finite too)
+                raise FilterStepError("The LoFi truncation (eigh of W̃ᵀW̃) failed on non-finite values; "
+                                      "the last good belief is kept.") from exc
+            # (Ũ Λ̃)ᵀ = Ṽᵀ W̃ᵀ from the eigenvectors Ṽ of the small Gram matrix, rows by decreasing
+            # singular value (eq. 37): no division by singular values (zero rows at start-up are
+            # harmless) and, Ṽ being orthogonal, rowsum((ŨΛ̃)²) = rowsum(W̃²) to rounding, so the
+            # diagonal correction of eq. 39 is exact. Cheaper than a P × k SVD; the kept subspace
+            # agrees with it except at (near-)ties of singular values, where either is valid.
+            UST = V.flip(-1).T @ WtT
+            WT_new = UST[:L]
+            if self.variant == "diagonal":  # eq. 39: the dropped mass joins the diagonal
+                dropped = UST[L:]
+                ups_new = torch.addcmul(ups_p, dropped[0], dropped[0]) if m == 1 else ups_p + (dropped * dropped).sum(0)
             else:
                 ups_new = ups_p
-        check_finite_positive(mu, ups_new, W_new, Lg)
+        # Υ stays positive by construction (predict, inflation and eq. 39 keep Υ > 0): finiteness only
+        check_finite_positive(mu, ups_new, WT_new, info=info, what="LoFi update system", positive=False)
         eta_pp = 1.0 / (gamma * gamma / self.eta_pp + q_eff)
         m0 = None if self.prior_mean is None else self.prior_mean * gamma
-        return (mu, ups_new, W_new, eta_pp, m0), quad
+        return (mu, ups_new, WT_new, eta_pp, m0), quad
 
     def commit(self, pending):
-        self.mean, self.ups, self.W, self.eta_pp, self.prior_mean = pending
+        self.mean, self.ups, self.WT, self.eta_pp, self.prior_mean = pending
         self.n_steps += 1
 
     def predicted_mean(self, gamma=1.0, q=0.0):
@@ -270,8 +290,8 @@ class LowRankPrecision(Posterior):
         return quad
 
     def predictive_cov(self, J, gamma=1.0, q=0.0):
-        _, ups, W = self._predicted(gamma, q)
-        return self._quad(J, ups, W)
+        _, ups, WT = self._predicted(gamma, q)
+        return self._quad(J, ups, WT.T)
 
     def marginal_variance(self):
         ui = 1.0 / self._ups_vec(self.ups)
@@ -313,7 +333,7 @@ class LowRankPrecision(Posterior):
         return self.mean + x + (eps - x @ self.W) @ Lm.T
 
     def state_dict(self):
-        out = {"mean": self.mean, "ups": self.ups, "W": self.W}
+        out = {"mean": self.mean, "ups": self.ups, "W": self.W}  # W: a (P, L) view
         if self.prior_mean is not None:
             out["prior_mean"] = self.prior_mean
         return out
