@@ -89,18 +89,16 @@ def check_finite_positive(mean: torch.Tensor, variances: torch.Tensor, *others: 
     sum overflowing to ``inf`` means values near the float range, a failure as well), and ``amin``
     propagates NaN.
     """
-    total = mean.sum() + variances.sum()
-    for o in others:
-        total = total + o.sum()
-    parts = [total]
+    parts = [t.sum() for t in (mean, variances, *others)]
+    n_sums = len(parts)
     if positive:
         parts.append(variances.amin())
     if info is not None:
-        parts.append(info.max().to(total.dtype) if info.dim() else info.to(total.dtype))
-    vals = torch.stack(parts).tolist() if len(parts) > 1 else [total.item()]
+        parts.append(info.max().to(mean.dtype) if info.dim() else info.to(mean.dtype))
+    vals = torch.stack(parts).tolist()
     if info is not None and vals[-1] != 0:
         raise FilterStepError(f"The {what} is not positive definite (the belief is degenerate).")
-    if not (math.isfinite(vals[0]) and (not positive or vals[1] > 0)):
+    if not (all(math.isfinite(v) for v in vals[:n_sums]) and (not positive or vals[n_sums] > 0)):
         raise FilterStepError(
             "The filter step produced non-finite values or non-positive variances; "
             "the last good belief is kept. Try a smaller prior_variance or a larger obs_variance."

@@ -256,8 +256,10 @@ class LowRankPrecision(Posterior):
                 ups_new = torch.addcmul(ups_p, dropped[0], dropped[0]) if m == 1 else ups_p + (dropped * dropped).sum(0)
             else:
                 ups_new = ups_p
-        # Υ stays positive by construction (predict, inflation and eq. 39 keep Υ > 0): finiteness only
-        check_finite_positive(mu, ups_new, WT_new, info=info, what="LoFi update system", positive=False)
+        # Υ stays positive by construction (predict, inflation and eq. 39 keep Υ > 0), so finiteness
+        # only; W is not summed: a non-finite W̃ makes eigh fail or Ṽ, hence the dropped mass in
+        # Υ (diagonal) and the mean through G (both variants), non-finite.
+        check_finite_positive(mu, ups_new, info=info, what="LoFi update system", positive=False)
         eta_pp = 1.0 / (gamma * gamma / self.eta_pp + q_eff)
         m0 = None if self.prior_mean is None else self.prior_mean * gamma
         return (mu, ups_new, WT_new, eta_pp, m0), quad
