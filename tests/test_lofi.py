@@ -944,15 +944,16 @@ def _assert_lofi_same(post, snap):
             assert now == v, k
 
 
+@pytest.mark.parametrize("cpu_backend", ["numpy", "torch"])
 @pytest.mark.parametrize("variant", ["diagonal", "spherical", "spherical-orth"])
 @pytest.mark.parametrize("bad", ["nan-ew", "inf-Hw", "nan-Hw"])
 @pytest.mark.parametrize("m", [1, 2])
-def test_failed_propose_raises_and_keeps_belief(variant, bad, m):
+def test_failed_propose_raises_and_keeps_belief(variant, bad, m, cpu_backend):
     P, L = 5, 2
     post = LowRankPrecision(_t(np.random.default_rng(0).normal(size=P)), 0.5, rank=L,
                             variant="spherical" if variant.startswith("sph") else "diagonal",
                             svd="orth" if variant.endswith("orth") else "full",
-                            inflation="bayesian", inflation_factor=0.2)
+                            inflation="bayesian", inflation_factor=0.2, cpu_backend=cpu_backend)
     for k in range(3):  # some good steps first
         _step(post, *_rows(700 + k, m, P), 0.9, 0.1)
     Hw, ew = _rows(710, m, P)
@@ -1020,3 +1021,38 @@ def test_classifier_learns_blobs(n_classes):
     # prequential (one-step-ahead) accuracy is also well above chance
     pre = prequential_predict(LoFiClassifier(hidden_layer_sizes=(8,), rank=5, random_state=0), X, y)
     assert (pre == y).mean() >= 1.0 / n_classes + 0.3
+
+
+@pytest.mark.parametrize("variant,svd", [("diagonal", "full"), ("spherical", "full"), ("spherical", "orth")])
+@pytest.mark.parametrize("m", [1, 3])
+@pytest.mark.parametrize("dynamics", [(1.0, 0.0), (0.95, 0.01)])
+def test_numpy_and_torch_cpu_backends_agree(variant, svd, m, dynamics):
+    """The NumPy/LAPACK update used for CPU tensors and the torch update used on GPUs
+    (:mod:`skfilter.posteriors._array_ops`) compute the same belief step by step."""
+    P, L = 40, 4
+    gamma, q = dynamics
+    mean = _t(np.random.default_rng(3).normal(size=P))
+    posts = {be: LowRankPrecision(mean, 0.3, rank=L, variant=variant, svd=svd, inflation="hybrid",
+                                  inflation_factor=0.05, cpu_backend=be) for be in ("numpy", "torch")}
+    for k in range(25):
+        Hw, ew = _rows(900 + k, m, P)
+        for post in posts.values():
+            _step(post, Hw, ew, gamma, q)
+    a, b = posts["numpy"], posts["torch"]
+    _close(_np(a.mean), _np(b.mean), rtol=1e-10)
+    _close(_np(a.ups), _np(b.ups), rtol=1e-10)
+    # W is defined up to the signs of its columns (eigenvectors): compare W Wᵀ
+    _close(_np(a.W) @ _np(a.W).T, _np(b.W) @ _np(b.W).T, rtol=1e-9)
+    assert a.WT.dtype == b.WT.dtype == torch.float64 and a.WT.is_contiguous()
+
+
+def test_cpu_backend_is_validated():
+    with pytest.raises(ValueError, match="cpu_backend"):
+        LowRankPrecision(torch.zeros(3, dtype=F64), 1.0, rank=1, cpu_backend="jax")
+
+
+def test_numpy_backend_keeps_float32():
+    post = LowRankPrecision(torch.zeros(6, dtype=torch.float32), 1.0, rank=2)
+    Hw, ew = _rows(5, 1, 6)
+    post.commit(post.propose(Hw.float(), ew.float())[0])
+    assert post.mean.dtype == post.ups.dtype == post.WT.dtype == torch.float32

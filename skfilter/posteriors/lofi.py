@@ -32,8 +32,8 @@ import math
 
 import torch
 
-from ..exceptions import FilterStepError
-from ._base import Posterior, check_finite_positive, cholesky_or_raise
+from ._array_ops import as_numpy, as_tensor, ops_for
+from ._base import Posterior, cholesky_or_raise
 
 VARIANTS = ("diagonal", "spherical")
 INFLATIONS = (None, "bayesian", "simple", "hybrid")
@@ -42,6 +42,57 @@ SVD_METHODS = ("full", "orth")
 
 def _cholesky_solve(Lc, B):
     return torch.cholesky_solve(B, Lc, upper=False)
+
+
+def lofi_update(ops, mu_p, ups_p, WT_p, Hw, ew, rank, variant="diagonal", truncate=True):
+    """One LoFi update (Alg. 3 / Alg. 7) of the predicted belief ``N(μ⁻, (Υ⁻ + W⁻W⁻ᵀ)⁻¹)`` with the
+    ``m`` whitened rows ``Hw (m, P)``, ``ew (m,)``; arrays of the backend ``ops``
+    (:mod:`~skfilter.posteriors._array_ops`).
+
+    Works on ``W̃ᵀ = [W⁻ᵀ; Hw]`` (``k = L + m`` contiguous rows of length ``P``):
+
+    * mean from the untruncated rank-``k`` posterior, eq. 36 with its minus sign: with
+      ``b = Hwᵀ ew`` and ``G = (I + W̃ᵀ Υ⁻⁻¹ W̃)⁻¹``,
+      ``μ = μ⁻ + Υ⁻⁻¹ b − Υ⁻⁻¹ W̃ G W̃ᵀ Υ⁻⁻¹ b = μ⁻ + (Υ⁻⁻¹ W̃) c``, ``c = [0; ew] − G (W̃ᵀ Υ⁻⁻¹ W̃)[:, L:] ew``
+      — one ``k × k`` product ``W̃ᵀ Υ⁻⁻¹ W̃`` serves both ``G`` and ``W̃ᵀ Υ⁻⁻¹ b``; ``G`` by Cholesky;
+    * truncation by the thin SVD ``W̃ = Ũ Λ̃ Ṽᵀ`` (eq. 37), computed as ``(ŨΛ̃)ᵀ = Ṽᵀ W̃ᵀ`` from the
+      eigenvectors ``Ṽ`` of the ``k × k`` Gram matrix ``W̃ᵀ W̃`` (for spherical LoFi ``η`` times the
+      product above): rows by decreasing singular value, no division by singular values (zero rows
+      at start-up are harmless), and since ``Ṽ`` is orthogonal ``rowsum((ŨΛ̃)²) = rowsum(W̃²)`` to
+      rounding, so the diagonal correction of eq. 39 is exact. The kept subspace agrees with a
+      ``P × k`` SVD except at (near-)ties of singular values, where either is valid;
+    * ``W = (ŨΛ̃)[:, :L]``; diagonal LoFi adds the dropped mass to ``Υ`` (eq. 39), spherical LoFi
+      drops it (F.5.1).
+
+    Returns ``(μ, Υ, Wᵀ)`` (``Υ, Wᵀ`` None unless ``truncate``), after one check that every
+    result is finite and ``G⁻¹`` positive definite (:class:`~skfilter.exceptions.FilterStepError`
+    otherwise). ``Υ`` stays positive by construction, so only finiteness is checked; ``W`` is not
+    summed: a non-finite ``W̃`` makes the eigendecomposition fail or ``Ṽ``, hence the dropped mass
+    in ``Υ`` and, through ``G``, the mean non-finite.
+    """
+    L = rank
+    WtT = ops.cat_rows(WT_p, Hw) if L else Hw
+    UWT = WtT * (1.0 / ups_p)  # (Υ⁻¹ W̃)ᵀ; its last m rows are Υ⁻¹ Hwᵀ
+    Z = WtT @ UWT.T  # W̃ᵀ Υ⁻¹ W̃, (k, k)
+    rhs = Z[:, L:] @ ew  # W̃ᵀ Υ⁻¹ b
+    gram = Z * ups_p if variant == "spherical" and truncate else None  # W̃ᵀ W̃ = η W̃ᵀ Υ⁻¹ W̃
+    sol, ok = ops.spd_solve(ops.add_identity_(Z), rhs, "LoFi update system")
+    coef = -sol
+    coef[L:] += ew
+    mu = mu_p + UWT.T @ coef
+    if not truncate:
+        ops.check_finite([mu], ok, "LoFi update system")
+        return mu, None, None, ok
+    V = ops.eigh_descending(WtT @ WtT.T if gram is None else gram, "LoFi truncation (eigh of W̃ᵀW̃)")
+    UST = V.T @ WtT  # (Ũ Λ̃)ᵀ
+    WT_new = UST[:L]
+    if variant == "diagonal":
+        dropped = UST[L:]
+        ups_new = ups_p + (dropped[0] * dropped[0] if dropped.shape[0] == 1 else (dropped * dropped).sum(0))
+    else:
+        ups_new = ups_p
+    ops.check_finite([mu, ups_new], ok, "LoFi update system")
+    return mu, ups_new, WT_new, ok
 
 
 class LowRankPrecision(Posterior):
@@ -67,10 +118,13 @@ class LowRankPrecision(Posterior):
         replacing the given ``q``; then ``η`` stays ``η₀``.
     seed : int
         Seeds the random column order of ``svd='orth'`` (Alg. 8).
+    cpu_backend : {'numpy', 'torch'}
+        Array library of the update for CPU tensors (:mod:`~skfilter.posteriors._array_ops`):
+        NumPy views (lower per-operation overhead, the default) or torch. GPU tensors always use torch.
     """
 
     def __init__(self, mean, prior_variance, rank=10, variant="diagonal", inflation=None,
-                 inflation_factor=0.0, svd="full", steady_state=False, seed=0):
+                 inflation_factor=0.0, svd="full", steady_state=False, seed=0, cpu_backend="numpy"):
         if variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}.")
         if inflation not in INFLATIONS:
@@ -81,6 +135,9 @@ class LowRankPrecision(Posterior):
             raise ValueError("svd='orth' needs orthonormal columns of W: use variant='spherical'.")
         if steady_state and variant != "spherical":
             raise ValueError("steady_state applies to variant='spherical' only.")
+        if cpu_backend not in ("numpy", "torch"):
+            raise ValueError(f"cpu_backend must be 'numpy' or 'torch', got {cpu_backend!r}.")
+        self.cpu_backend = cpu_backend
         self.variant, self.inflation, self.svd = variant, inflation, svd
         self.inflation_factor = float(inflation_factor)
         self.steady_state = bool(steady_state)
@@ -207,59 +264,25 @@ class LowRankPrecision(Posterior):
 
     # -- the step --------------------------------------------------------------------------------
     def propose(self, Hw, ew, gamma=1.0, q=0.0, J=None):
-        """Predict, then update with the ``m`` whitened rows ``Hw (m, P)``, ``ew (m,)`` (Alg. 2–3).
-
-        Work on ``W̃ᵀ = [W⁻ᵀ; Hw]`` (``k = L + m`` contiguous rows of length ``P``): one product
-        ``W̃ᵀ Υ⁻⁻¹ W̃`` gives ``G⁻¹ − I`` and, since ``b = Hwᵀ ew``, also ``W̃ᵀ Υ⁻⁻¹ b`` for the
-        mean (eq. 36); ``W̃ᵀ W̃`` (for spherical LoFi ``η`` times the same product) and its
-        ``k × k`` eigendecomposition give the truncation (eqs. 37–39); every failure check
-        shares one host synchronisation.
-        """
-        m, P = Hw.shape
+        """Predict (inflation and dynamics, in torch), then the update of :func:`lofi_update` on
+        the backend of :func:`~skfilter.posteriors._array_ops.ops_for` (NumPy views of CPU
+        tensors unless ``cpu_backend='torch'``)."""
         q_eff = self._q(gamma, q)
         mu_p, ups_p, WT_p = self._predicted(gamma, q)
         quad = None
         if J is not None:
             quad = self._quad(J, ups_p, WT_p.T)
-        L = self.rank
-        WtT = torch.cat([WT_p, Hw]) if L else Hw  # W̃ᵀ, (k, P)
-        UWT = WtT * ups_p.reciprocal()  # (Υ⁻¹ W̃)ᵀ; its last m rows are Υ⁻¹ Hwᵀ
-        Z = WtT @ UWT.T  # W̃ᵀ Υ⁻¹ W̃ = G⁻¹ − I, (k, k)
-        # with b = Hwᵀ ew: W̃ᵀ Υ⁻¹ b = Z[:, L:] ew, and Υ⁻¹ b = (Υ⁻¹ Hwᵀ) ew
-        rhs = Z[:, L:] @ ew
-        gram = Z * ups_p if self.variant == "spherical" and self.svd == "full" else None  # W̃ᵀ W̃ = η W̃ᵀ Υ⁻¹ W̃
-        Z.diagonal().add_(1.0)
-        Lg, info = torch.linalg.cholesky_ex(Z)
-        coef = torch.cholesky_solve(rhs.unsqueeze(1), Lg, upper=False).squeeze(1).neg_()
-        coef[L:] += ew
-        # eq. 36: μ = μ⁻ + Υ⁻¹b − Υ⁻¹W̃ G W̃ᵀ Υ⁻¹ b = μ⁻ + (Υ⁻¹W̃) c, c = [0; ew] − G W̃ᵀ Υ⁻¹ b
-        mu = torch.addmv(mu_p, UWT.T, coef)
-        # truncation to rank L
-        if self.svd == "orth":
+        ops = ops_for(Hw, prefer_numpy=self.cpu_backend == "numpy")
+        full_svd = self.svd == "full"
+        with ops.quiet():
+            mu, ups_new, WT_new, ok = lofi_update(ops, *as_numpy(ops, mu_p, ups_p, WT_p, Hw, ew), rank=self.rank,
+                                                  variant=self.variant, truncate=full_svd)
+        mu, = as_tensor(ops, mu)
+        if full_svd:
+            ups_new, WT_new = as_tensor(ops, ups_new, WT_new)
+        else:  # Alg. 8 on the torch tensors
             WT_new = self._orth_update(WT_p.T, Hw.T, self.n_steps).T.contiguous()
             ups_new = ups_p
-        else:
-            try:
-                _, V = torch.linalg.eigh(WtT @ WtT.T if gram is None else gram)
-            except torch.linalg.LinAlgError as exc:  # non-finite W̃ (the mean is then non-finite too)
-                raise FilterStepError("The LoFi truncation (eigh of W̃ᵀW̃) failed on non-finite values; "
-                                      "the last good belief is kept.") from exc
-            # (Ũ Λ̃)ᵀ = Ṽᵀ W̃ᵀ from the eigenvectors Ṽ of the small Gram matrix, rows by decreasing
-            # singular value (eq. 37): no division by singular values (zero rows at start-up are
-            # harmless) and, Ṽ being orthogonal, rowsum((ŨΛ̃)²) = rowsum(W̃²) to rounding, so the
-            # diagonal correction of eq. 39 is exact. Cheaper than a P × k SVD; the kept subspace
-            # agrees with it except at (near-)ties of singular values, where either is valid.
-            UST = V.flip(-1).T @ WtT
-            WT_new = UST[:L]
-            if self.variant == "diagonal":  # eq. 39: the dropped mass joins the diagonal
-                dropped = UST[L:]
-                ups_new = torch.addcmul(ups_p, dropped[0], dropped[0]) if m == 1 else ups_p + (dropped * dropped).sum(0)
-            else:
-                ups_new = ups_p
-        # Υ stays positive by construction (predict, inflation and eq. 39 keep Υ > 0), so finiteness
-        # only; W is not summed: a non-finite W̃ makes eigh fail or Ṽ, hence the dropped mass in
-        # Υ (diagonal) and the mean through G (both variants), non-finite.
-        check_finite_positive(mu, ups_new, info=info, what="LoFi update system", positive=False)
         eta_pp = 1.0 / (gamma * gamma / self.eta_pp + q_eff)
         m0 = None if self.prior_mean is None else self.prior_mean * gamma
         return (mu, ups_new, WT_new, eta_pp, m0), quad

@@ -1,0 +1,162 @@
+"""The few array operations of a filter step that are not plain arithmetic, for two backends.
+
+A step written against :data:`TORCH_OPS` or :data:`NUMPY_OPS` (plus ``+ − * / @``, indexing and
+``.T``, which both array types share) runs unchanged on torch tensors or NumPy arrays.
+
+Why two: on the CPU a small torch operation costs ~5–15 µs of dispatch, against ~1–3 µs for the
+same NumPy/LAPACK call, and a LoFi step on a small network is dozens of small operations — the
+dispatch, not the arithmetic, sets its cost (DESIGN.md, performance principles). For CPU tensors the
+posterior structures therefore run the update on zero-copy NumPy views of their tensors and wrap
+the results back (:func:`as_numpy`, :func:`as_tensor`); on a GPU they use torch. Both paths compute
+the same quantities in the same order, and the tests run both on the CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import scipy.linalg
+import torch
+
+from ..exceptions import FilterStepError
+
+
+class _Ops:
+    """Interface: see :class:`_TorchOps` and :class:`_NumpyOps`."""
+
+    name = ""
+
+    def cat_rows(self, a, b):
+        """``[a; b]`` (stack the rows of two 2-d arrays)."""
+        raise NotImplementedError
+
+    def add_identity_(self, A):
+        """``A += I`` in place (square ``A``)."""
+        raise NotImplementedError
+
+    def spd_solve(self, A, b, what):
+        """``A⁻¹ b`` for symmetric positive-definite ``A`` by Cholesky; returns ``(x, ok)`` where
+        ``ok`` is a backend scalar (checked later, in the step's single synchronisation)."""
+        raise NotImplementedError
+
+    def eigh_descending(self, A, what):
+        """Eigenvectors of symmetric ``A`` as columns, by decreasing eigenvalue."""
+        raise NotImplementedError
+
+    def check_finite(self, tensors, ok, what):
+        """Raise :class:`FilterStepError` unless ``ok`` holds and every array is finite."""
+        raise NotImplementedError
+
+    def quiet(self):
+        """Context in which non-finite intermediate values stay silent (they are checked)."""
+        return contextlib.nullcontext()
+
+
+def _fail_not_pd(what):
+    return FilterStepError(f"The {what} is not positive definite (the belief is degenerate).")
+
+
+_NONFINITE = ("The filter step produced non-finite values or non-positive variances; the last good "
+              "belief is kept. Try a smaller prior_variance or a larger obs_variance.")
+
+
+class _TorchOps(_Ops):
+    name = "torch"
+
+    def cat_rows(self, a, b):
+        return torch.cat([a, b])
+
+    def add_identity_(self, A):
+        A.diagonal().add_(1.0)
+        return A
+
+    def spd_solve(self, A, b, what):
+        Lc, info = torch.linalg.cholesky_ex(A)
+        return torch.cholesky_solve(b.unsqueeze(-1), Lc, upper=False).squeeze(-1), info
+
+    def eigh_descending(self, A, what):
+        try:
+            return torch.linalg.eigh(A)[1].flip(-1)
+        except torch.linalg.LinAlgError as exc:  # non-finite input
+            raise FilterStepError(f"The {what} failed on non-finite values; the last good belief is kept.") from exc
+
+    def check_finite(self, tensors, ok, what):
+        # one host synchronisation: a sum is non-finite if any term is (inf − inf is NaN)
+        parts = [t.sum() for t in tensors] + [ok.to(tensors[0].dtype)]
+        vals = torch.stack(parts).tolist()
+        if vals[-1] != 0:
+            raise _fail_not_pd(what)
+        if not all(np.isfinite(vals[:-1])):
+            raise FilterStepError(_NONFINITE)
+
+
+class _NumpyOps(_Ops):
+    """NumPy arithmetic; the small factorisations call LAPACK directly (``potrf``/``potrs``,
+    ``syevd`` through :func:`scipy.linalg.get_lapack_funcs`), which costs ~2 µs against ~11 µs for
+    ``scipy.linalg.cho_factor``/``cho_solve`` and their input checks."""
+
+    name = "numpy"
+
+    def __init__(self):
+        self._lapack = {}
+
+    def _funcs(self, A):
+        funcs = self._lapack.get(A.dtype)
+        if funcs is None:
+            funcs = self._lapack[A.dtype] = scipy.linalg.get_lapack_funcs(("potrf", "potrs", "syevd"), (A,))
+        return funcs
+
+    def cat_rows(self, a, b):
+        return np.concatenate([a, b])
+
+    def add_identity_(self, A):
+        A.flat[:: A.shape[0] + 1] += 1.0
+        return A
+
+    def spd_solve(self, A, b, what):
+        potrf, potrs, _ = self._funcs(A)
+        c, info = potrf(A.T, lower=1, clean=0)  # A symmetric: A.T is its Fortran-ordered view
+        if info != 0:
+            return np.full_like(b, np.nan), 1
+        x, info = potrs(c, b, lower=1)
+        return x, info
+
+    def eigh_descending(self, A, what):
+        _, _, syevd = self._funcs(A)
+        _, V, info = syevd(A.T, compute_v=1, lower=1)
+        if info != 0:
+            raise FilterStepError(f"The {what} failed (LAPACK syevd info={info}); the last good belief is kept.")
+        return V[:, ::-1]
+
+    def check_finite(self, tensors, ok, what):
+        if ok != 0:
+            raise _fail_not_pd(what)
+        if not all(np.isfinite(t.sum()) for t in tensors):
+            raise FilterStepError(_NONFINITE)
+
+    def quiet(self):
+        return np.errstate(all="ignore")
+
+
+TORCH_OPS = _TorchOps()
+NUMPY_OPS = _NumpyOps()
+
+
+def ops_for(t: torch.Tensor, prefer_numpy: bool = True) -> _Ops:
+    """The backend for tensor ``t``: NumPy for CPU tensors (unless ``prefer_numpy`` is False), else torch."""
+    return NUMPY_OPS if prefer_numpy and t.device.type == "cpu" and not t.requires_grad else TORCH_OPS
+
+
+def as_numpy(ops: _Ops, *tensors):
+    """Zero-copy NumPy views of CPU tensors when ``ops`` is NumPy; the tensors unchanged otherwise."""
+    if ops is TORCH_OPS:
+        return tensors
+    return tuple(t.numpy() for t in tensors)
+
+
+def as_tensor(ops: _Ops, *arrays):
+    """Tensors sharing memory with the NumPy results when ``ops`` is NumPy; unchanged otherwise."""
+    if ops is TORCH_OPS:
+        return arrays
+    return tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in arrays)
