@@ -29,6 +29,8 @@ import math
 import torch
 from torch import nn
 
+from ._array_ops import as_numpy, as_tensor, ops_for
+
 ACTIVATIONS = {
     "relu": nn.ReLU,
     "tanh": nn.Tanh,
@@ -200,6 +202,9 @@ class MLPAdapter(ModuleAdapter):
     def __init__(self, module: nn.Sequential, device, dtype, n_inputs: int):
         children = list(module.children())
         self._acts = [type(m) for m in children[1::2]]
+        self._act_names = [_ACT_NAMES[a] for a in self._acts]
+        #: 'numpy': the Jacobian of CPU tensors on NumPy views (:mod:`skfilter._array_ops`); 'torch'
+        self.cpu_backend = "numpy"
         self._layer_shapes = [tuple(m.weight.shape) for m in children[0::2]]
         super().__init__(module, device, dtype, n_inputs)
 
@@ -215,7 +220,7 @@ class MLPAdapter(ModuleAdapter):
             if i % 2 == 0:
                 if type(m) is not nn.Linear or m.bias is None:
                     return False
-            elif type(m) not in _DERIVATIVES or (type(m) is nn.ELU and m.alpha != 1.0):
+            elif type(m) not in _ACT_NAMES or (type(m) is nn.ELU and m.alpha != 1.0):
                 return False
         if not all(p.requires_grad for p in module.parameters()):
             return False
@@ -258,57 +263,62 @@ class MLPAdapter(ModuleAdapter):
         return a
 
     def forward_jacobian(self, theta, X):
-        layers = self._weights(theta)
-        n_layers = len(layers)
-        n = X.shape[0]
-        acts, pre = [X], []
-        a = X
-        for l, (W, b) in enumerate(layers):
-            z = torch.addmm(b, a, W.t())
-            if l < n_layers - 1:
-                pre.append(z)
-                a = _ACT_FWD[self._acts[l]](z)
-                acts.append(a)
-        out = z
-        C = out.shape[1]
-        P = self.n_params
-        J = torch.empty(n, C, P, device=X.device, dtype=X.dtype)
-        # offsets of each layer's weight block
-        offs, k = [], 0
-        for o, i in self._layer_shapes:
-            offs.append(k)
-            k += o * i + o
-        # last layer: ∂f_c/∂W_L[c', j] = 1{c=c'} a_{L-1}[j], ∂f_c/∂b_L[c'] = 1{c=c'}
-        o, i = self._layer_shapes[-1]
-        k = offs[-1]
-        a_last = acts[-1]
-        if C == 1:
-            J[:, 0, k:k + i] = a_last
-            J[:, 0, k + i] = 1.0
-        else:
-            blk = J[:, :, k:k + o * i + o]
-            blk.zero_()
-            wblk = blk[:, :, : o * i].unflatten(-1, (o, i))
-            wblk.diagonal(dim1=1, dim2=2).copy_(a_last.unsqueeze(-1).expand(n, i, C))
-            blk[:, :, o * i:].diagonal(dim1=1, dim2=2).fill_(1.0)
-        # hidden layers, backwards: δ_l = (δ_{l+1} W_{l+1}) ⊙ φ'(z_l)
-        delta = None
-        for l in range(n_layers - 2, -1, -1):
-            W_next = layers[l + 1][0]
-            d_act = _ACT_DERIV[self._acts[l]](pre[l], acts[l + 1])
-            if delta is None:
-                delta = W_next.unsqueeze(0) if d_act is None else W_next.unsqueeze(0) * d_act.unsqueeze(1)
-                delta = delta.expand(n, C, -1)
-            else:
-                delta = torch.matmul(delta, W_next)
-                if d_act is not None:
-                    delta = delta * d_act.unsqueeze(1)
-            o, i = self._layer_shapes[l]
-            k = offs[l]
-            torch.mul(delta.unsqueeze(-1), acts[l].unsqueeze(1).unsqueeze(1),
-                      out=J[:, :, k:k + o * i].unflatten(-1, (o, i)))
-            J[:, :, k + o * i:k + o * i + o] = delta
-        return out, J
+        """:func:`mlp_forward_jacobian` on NumPy views of CPU tensors (lower per-operation overhead,
+        :mod:`skfilter._array_ops`) or on the tensors themselves (GPU, or ``cpu_backend='torch'``)."""
+        ops = ops_for(theta, prefer_numpy=self.cpu_backend == "numpy")
+        theta_, X_ = as_numpy(ops, theta, X)
+        f, J = mlp_forward_jacobian(ops, theta_, X_, self._layer_shapes, self._act_names)
+        return as_tensor(ops, f, J)
+
+
+def mlp_forward_jacobian(ops, theta, X, layer_shapes, activations):
+    """Outputs ``f (n, C)`` and Jacobians ``J = ∂f/∂θ (n, C, P)`` of an MLP, by hand (module doc).
+
+    With ``z_l = a_{l−1} W_lᵀ + b_l``, ``a_l = φ_l(z_l)`` (``a_0 = X``) and ``f = z_L``: the
+    sensitivities ``δ_L = I_C``, ``δ_l = (δ_{l+1} W_{l+1}) ⊙ φ_l'(z_l)`` (``(n, C, width)``), and
+    the blocks ``∂f/∂W_l = δ_l ⊗ a_{l−1}`` (row-major like ``W_l``), ``∂f/∂b_l = δ_l``, written into
+    one buffer. ``θ`` is laid out as ``named_parameters()``: ``W_1, b_1, …, W_L, b_L``.
+    ``ops`` is the array backend (:mod:`skfilter._array_ops`); ``layer_shapes`` the ``(out, in)``
+    of each layer; ``activations`` the names of the ``L − 1`` hidden activations.
+    """
+    n = X.shape[0]
+    layers, offsets, k = [], [], 0
+    for o, i in layer_shapes:
+        offsets.append(k)
+        layers.append((theta[k:k + o * i].reshape(o, i), theta[k + o * i:k + o * i + o]))
+        k += o * i + o
+    acts, pre = [X], []
+    a = X
+    for l, (W, b) in enumerate(layers):
+        z = a @ W.T + b
+        if l < len(layers) - 1:
+            pre.append(z)
+            a = ops.activation(activations[l], z)
+            acts.append(a)
+    C = z.shape[1]
+    J = ops.empty((n, C, k), like=X)
+    # last layer: ∂f_c/∂W_L[c', j] = 1{c = c'} a_{L−1}[j], ∂f_c/∂b_L[c'] = 1{c = c'}
+    o, i = layer_shapes[-1]
+    k = offsets[-1]
+    if C == 1:
+        J[:, 0, k:k + i] = acts[-1]
+        J[:, 0, k + i] = 1.0
+    else:
+        eye = ops.eye(C, like=X)
+        J[:, :, k:k + o * i] = (eye[None, :, :, None] * acts[-1][:, None, None, :]).reshape(n, C, o * i)
+        J[:, :, k + o * i:k + o * i + o] = eye
+    delta = None
+    for l in range(len(layers) - 2, -1, -1):
+        W_next = layers[l + 1][0]
+        d_act = ops.activation_derivative(activations[l], pre[l], acts[l + 1])
+        delta = W_next[None] if delta is None else delta @ W_next  # (n or 1, C, width)
+        if d_act is not None:
+            delta = delta * d_act[:, None, :]
+        o, i = layer_shapes[l]
+        k = offsets[l]
+        J[:, :, k:k + o * i] = (delta[:, :, :, None] * acts[l][:, None, None, :]).reshape(-1, C, o * i)
+        J[:, :, k + o * i:k + o * i + o] = delta
+    return z, J
 
 
 def _elu(z):
@@ -323,15 +333,8 @@ _ACT_FWD = {
     nn.ELU: _elu,
 }
 
-# φ'(z) from the pre-activation z and activation a = φ(z); None means 1 (identity)
-_DERIVATIVES = {
-    nn.ReLU: lambda z, a: torch.sign(a),  # a = relu(z) ≥ 0: sign(a) = 1{z > 0}, in one op
-    nn.Tanh: lambda z, a: 1.0 - a * a,
-    nn.Sigmoid: lambda z, a: a * (1.0 - a),
-    nn.Identity: lambda z, a: None,
-    nn.ELU: lambda z, a: torch.where(z > 0, torch.ones_like(a), a + 1.0),
-}
-_ACT_DERIV = _DERIVATIVES
+#: activation module class → its name in :data:`ACTIVATIONS` (the fused path's supported set)
+_ACT_NAMES = {cls: name for name, cls in ACTIVATIONS.items()}
 
 
 def make_adapter(module: nn.Module, device, dtype, n_inputs: int, fused: bool = True) -> ModuleAdapter:

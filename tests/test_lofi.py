@@ -1028,7 +1028,7 @@ def test_classifier_learns_blobs(n_classes):
 @pytest.mark.parametrize("dynamics", [(1.0, 0.0), (0.95, 0.01)])
 def test_numpy_and_torch_cpu_backends_agree(variant, svd, m, dynamics):
     """The NumPy/LAPACK update used for CPU tensors and the torch update used on GPUs
-    (:mod:`skfilter.posteriors._array_ops`) compute the same belief step by step."""
+    (:mod:`skfilter._array_ops`) compute the same belief step by step."""
     P, L = 40, 4
     gamma, q = dynamics
     mean = _t(np.random.default_rng(3).normal(size=P))

@@ -46,13 +46,17 @@ def _finite_difference_jacobian(adapter, theta, X, h=1e-6):
 # ---------------------------------------------------------------------------------------------
 # fused MLP path == general torch.func path
 # ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("cpu_backend", ["numpy", "torch"])
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("n_outputs", [1, 3])
 @pytest.mark.parametrize("hidden", HIDDEN, ids=["linear", "1hidden", "2hidden"])
-def test_fused_jacobian_matches_torch_func(activation, n_outputs, hidden):
+def test_fused_jacobian_matches_torch_func(activation, n_outputs, hidden, cpu_backend):
+    """Both array backends of the fused Jacobian (NumPy views on the CPU, torch on GPUs;
+    skfilter._array_ops) against torch.func."""
     D, n = 4, 9
     net = make_mlp(D, hidden, n_outputs, activation, seed=3)
     fused = make_adapter(copy.deepcopy(net), CPU, F64, D)
+    fused.cpu_backend = cpu_backend
     general = make_adapter(copy.deepcopy(net), CPU, F64, D, fused=False)
     assert type(fused) is MLPAdapter
     assert type(general) is ModuleAdapter
@@ -65,6 +69,7 @@ def test_fused_jacobian_matches_torch_func(activation, n_outputs, hidden):
         f1, J1 = fused.forward_jacobian(theta, X)
         f2, J2 = general.forward_jacobian(theta, X)
         assert f1.shape == f2.shape == (n, n_outputs)
+        assert f1.dtype == J1.dtype == F64 and J1.is_contiguous()
         assert J1.shape == J2.shape == (n, n_outputs, fused.n_params)
         torch.testing.assert_close(f1, f2, rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(J1, J2, rtol=1e-12, atol=1e-12)

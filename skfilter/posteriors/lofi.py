@@ -32,7 +32,7 @@ import math
 
 import torch
 
-from ._array_ops import as_numpy, as_tensor, ops_for
+from .._array_ops import as_numpy, as_tensor, ops_for
 from ._base import Posterior, cholesky_or_raise
 
 VARIANTS = ("diagonal", "spherical")
@@ -47,7 +47,7 @@ def _cholesky_solve(Lc, B):
 def lofi_update(ops, mu_p, ups_p, WT_p, Hw, ew, rank, variant="diagonal", truncate=True):
     """One LoFi update (Alg. 3 / Alg. 7) of the predicted belief ``N(μ⁻, (Υ⁻ + W⁻W⁻ᵀ)⁻¹)`` with the
     ``m`` whitened rows ``Hw (m, P)``, ``ew (m,)``; arrays of the backend ``ops``
-    (:mod:`~skfilter.posteriors._array_ops`).
+    (:mod:`~skfilter._array_ops`).
 
     Works on ``W̃ᵀ = [W⁻ᵀ; Hw]`` (``k = L + m`` contiguous rows of length ``P``):
 
@@ -119,7 +119,7 @@ class LowRankPrecision(Posterior):
     seed : int
         Seeds the random column order of ``svd='orth'`` (Alg. 8).
     cpu_backend : {'numpy', 'torch'}
-        Array library of the update for CPU tensors (:mod:`~skfilter.posteriors._array_ops`):
+        Array library of the update for CPU tensors (:mod:`~skfilter._array_ops`):
         NumPy views (lower per-operation overhead, the default) or torch. GPU tensors always use torch.
     """
 
@@ -265,7 +265,7 @@ class LowRankPrecision(Posterior):
     # -- the step --------------------------------------------------------------------------------
     def propose(self, Hw, ew, gamma=1.0, q=0.0, J=None):
         """Predict (inflation and dynamics, in torch), then the update of :func:`lofi_update` on
-        the backend of :func:`~skfilter.posteriors._array_ops.ops_for` (NumPy views of CPU
+        the backend of :func:`~skfilter._array_ops.ops_for` (NumPy views of CPU
         tensors unless ``cpu_backend='torch'``)."""
         q_eff = self._q(gamma, q)
         mu_p, ups_p, WT_p = self._predicted(gamma, q)

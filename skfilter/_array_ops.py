@@ -1,5 +1,8 @@
 """The few array operations of a filter step that are not plain arithmetic, for two backends.
 
+Used by the LoFi update (:func:`skfilter.posteriors.lofi.lofi_update`) and the fused MLP Jacobian
+(:func:`skfilter.models.mlp_forward_jacobian`).
+
 A step written against :data:`TORCH_OPS` or :data:`NUMPY_OPS` (plus ``+ − * / @``, indexing and
 ``.T``, which both array types share) runs unchanged on torch tensors or NumPy arrays.
 
@@ -17,9 +20,10 @@ import contextlib
 
 import numpy as np
 import scipy.linalg
+import scipy.special
 import torch
 
-from ..exceptions import FilterStepError
+from .exceptions import FilterStepError
 
 
 class _Ops:
@@ -52,6 +56,28 @@ class _Ops:
         """Context in which non-finite intermediate values stay silent (they are checked)."""
         return contextlib.nullcontext()
 
+    def empty(self, shape, like):
+        """Uninitialised array of ``shape`` with the dtype (and device) of ``like``."""
+        raise NotImplementedError
+
+    def eye(self, n, like):
+        """``I_n`` with the dtype (and device) of ``like``."""
+        raise NotImplementedError
+
+    def activation(self, name, z):
+        """``φ(z)`` for the activation ``name`` ('relu', 'tanh', 'logistic', 'identity', 'elu')."""
+        raise NotImplementedError
+
+    def activation_derivative(self, name, z, a):
+        """``φ'(z)`` given ``z`` and ``a = φ(z)``; ``None`` for the identity (``φ' = 1``)."""
+        if name == "tanh":
+            return 1.0 - a * a
+        if name == "logistic":
+            return a * (1.0 - a)
+        if name == "identity":
+            return None
+        return self._derivative(name, z, a)
+
 
 def _fail_not_pd(what):
     return FilterStepError(f"The {what} is not positive definite (the belief is degenerate).")
@@ -80,6 +106,20 @@ class _TorchOps(_Ops):
             return torch.linalg.eigh(A)[1].flip(-1)
         except torch.linalg.LinAlgError as exc:  # non-finite input
             raise FilterStepError(f"The {what} failed on non-finite values; the last good belief is kept.") from exc
+
+    def empty(self, shape, like):
+        return torch.empty(shape, dtype=like.dtype, device=like.device)
+
+    def eye(self, n, like):
+        return torch.eye(n, dtype=like.dtype, device=like.device)
+
+    def activation(self, name, z):
+        return _TORCH_ACTIVATIONS[name](z)
+
+    def _derivative(self, name, z, a):
+        if name == "relu":
+            return torch.sign(a)  # a = relu(z) ≥ 0: sign(a) = 1{z > 0}, in one operation
+        return torch.where(z > 0, torch.ones_like(a), a + 1.0)  # elu (α = 1)
 
     def check_finite(self, tensors, ok, what):
         # one host synchronisation: a sum is non-finite if any term is (inf − inf is NaN)
@@ -138,6 +178,36 @@ class _NumpyOps(_Ops):
     def quiet(self):
         return np.errstate(all="ignore")
 
+    def empty(self, shape, like):
+        return np.empty(shape, dtype=like.dtype)
+
+    def eye(self, n, like):
+        return np.eye(n, dtype=like.dtype)
+
+    def activation(self, name, z):
+        if name == "relu":
+            return np.maximum(z, 0.0)
+        if name == "tanh":
+            return np.tanh(z)
+        if name == "logistic":
+            return scipy.special.expit(z)
+        if name == "identity":
+            return z
+        return np.where(z > 0, z, np.expm1(z))  # elu (α = 1)
+
+    def _derivative(self, name, z, a):
+        if name == "relu":
+            return np.sign(a)
+        return np.where(z > 0, 1.0, a + 1.0)  # elu (α = 1)
+
+
+_TORCH_ACTIVATIONS = {
+    "relu": torch.relu,
+    "tanh": torch.tanh,
+    "logistic": torch.sigmoid,
+    "identity": lambda z: z,
+    "elu": torch.nn.functional.elu,
+}
 
 TORCH_OPS = _TorchOps()
 NUMPY_OPS = _NumpyOps()
