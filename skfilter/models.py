@@ -228,24 +228,13 @@ class MLPAdapter(ModuleAdapter):
         expected = [f"{i}.{k}" for i in range(0, len(children), 2) for k in ("weight", "bias")]
         return names == expected
 
-    def _weights(self, theta):
-        out, k = [], 0
-        for o, i in self._layer_shapes:
-            W = theta[k:k + o * i].view(o, i)
-            k += o * i
-            b = theta[k:k + o]
-            k += o
-            out.append((W, b))
-        return out
-
     def forward(self, theta, X):
-        layers = self._weights(theta)
-        a = X
-        for l, (W, b) in enumerate(layers):
-            a = torch.addmm(b, a, W.t())
-            if l < len(layers) - 1:
-                a = _ACT_FWD[self._acts[l]](a)
-        return a
+        """``h(θ, X)`` by the forward pass of :func:`mlp_forward_jacobian` (same backend, so the
+        same rounding as the outputs returned with the Jacobian)."""
+        ops = ops_for(theta, prefer_numpy=self.cpu_backend == "numpy")
+        theta_, X_ = as_numpy(ops, theta, X)
+        z = _mlp_pass(ops, _mlp_layers(theta_, self._layer_shapes)[0], X_, self._act_names)[0]
+        return as_tensor(ops, z)[0]
 
     def forward_batch(self, thetas, X):
         """``h(θ_s, X)`` for S parameter vectors at once with batched matmuls: ``(S, n, C)``."""
@@ -271,6 +260,30 @@ class MLPAdapter(ModuleAdapter):
         return as_tensor(ops, f, J)
 
 
+def _mlp_layers(theta, layer_shapes):
+    """Views ``(W_l, b_l)`` of the flat ``θ`` and the offset of each layer's block."""
+    layers, offsets, k = [], [], 0
+    for o, i in layer_shapes:
+        offsets.append(k)
+        layers.append((theta[k:k + o * i].reshape(o, i), theta[k + o * i:k + o * i + o]))
+        k += o * i + o
+    return layers, offsets
+
+
+def _mlp_pass(ops, layers, X, activations):
+    """Forward pass: the output ``z_L``, the activations ``[a_0 = X, a_1, …]`` and the hidden
+    pre-activations ``[z_1, …, z_{L−1}]``."""
+    acts, pre = [X], []
+    a = X
+    for l, (W, b) in enumerate(layers):
+        z = a @ W.T + b
+        if l < len(layers) - 1:
+            pre.append(z)
+            a = ops.activation(activations[l], z)
+            acts.append(a)
+    return z, acts, pre
+
+
 def mlp_forward_jacobian(ops, theta, X, layer_shapes, activations):
     """Outputs ``f (n, C)`` and Jacobians ``J = ∂f/∂θ (n, C, P)`` of an MLP, by hand (module doc).
 
@@ -282,21 +295,10 @@ def mlp_forward_jacobian(ops, theta, X, layer_shapes, activations):
     of each layer; ``activations`` the names of the ``L − 1`` hidden activations.
     """
     n = X.shape[0]
-    layers, offsets, k = [], [], 0
-    for o, i in layer_shapes:
-        offsets.append(k)
-        layers.append((theta[k:k + o * i].reshape(o, i), theta[k + o * i:k + o * i + o]))
-        k += o * i + o
-    acts, pre = [X], []
-    a = X
-    for l, (W, b) in enumerate(layers):
-        z = a @ W.T + b
-        if l < len(layers) - 1:
-            pre.append(z)
-            a = ops.activation(activations[l], z)
-            acts.append(a)
+    layers, offsets = _mlp_layers(theta, layer_shapes)
+    z, acts, pre = _mlp_pass(ops, layers, X, activations)
     C = z.shape[1]
-    J = ops.empty((n, C, k), like=X)
+    J = ops.empty((n, C, theta.shape[0]), like=X)
     # last layer: ∂f_c/∂W_L[c', j] = 1{c = c'} a_{L−1}[j], ∂f_c/∂b_L[c'] = 1{c = c'}
     o, i = layer_shapes[-1]
     k = offsets[-1]
