@@ -31,14 +31,6 @@ class _Ops:
 
     name = ""
 
-    def cat_rows(self, a, b):
-        """``[a; b]`` (stack the rows of two 2-d arrays)."""
-        raise NotImplementedError
-
-    def add_identity_(self, A):
-        """``A += I`` in place (square ``A``)."""
-        raise NotImplementedError
-
     def spd_solve(self, A, b, what):
         """``A⁻¹ b`` for symmetric positive-definite ``A`` by Cholesky; returns ``(x, ok)`` where
         ``ok`` is a backend scalar (checked later, in the step's single synchronisation)."""
@@ -90,13 +82,6 @@ _NONFINITE = ("The filter step produced non-finite values or non-positive varian
 class _TorchOps(_Ops):
     name = "torch"
 
-    def cat_rows(self, a, b):
-        return torch.cat([a, b])
-
-    def add_identity_(self, A):
-        A.diagonal().add_(1.0)
-        return A
-
     def spd_solve(self, A, b, what):
         Lc, info = torch.linalg.cholesky_ex(A)
         return torch.cholesky_solve(b.unsqueeze(-1), Lc, upper=False).squeeze(-1), info
@@ -147,13 +132,6 @@ class _NumpyOps(_Ops):
             funcs = self._lapack[A.dtype] = scipy.linalg.get_lapack_funcs(("potrf", "potrs", "syevd"), (A,))
         return funcs
 
-    def cat_rows(self, a, b):
-        return np.concatenate([a, b])
-
-    def add_identity_(self, A):
-        A.flat[:: A.shape[0] + 1] += 1.0
-        return A
-
     def spd_solve(self, A, b, what):
         potrf, potrs, _ = self._funcs(A)
         c, info = potrf(A.T, lower=1, clean=0)  # A symmetric: A.T is its Fortran-ordered view
@@ -172,7 +150,7 @@ class _NumpyOps(_Ops):
     def check_finite(self, tensors, ok, what):
         if ok != 0:
             raise _fail_not_pd(what)
-        if not all(np.isfinite(t.sum()) for t in tensors):
+        if not np.isfinite(sum(t.sum() for t in tensors)):  # inf − inf is NaN: one test for all
             raise FilterStepError(_NONFINITE)
 
     def quiet(self):

@@ -77,13 +77,14 @@ class Gaussian(Likelihood):
         self.min_variance = float(min_variance)
 
     def initial_state(self, n_outputs, device, dtype):
-        """``{'r': (C,) variances, 'weight': Σ w}``."""
+        """``{'r': (C,) variances, 'weight': Σ w, 'scale': (C, 1) r^{−1/2}}`` (the whitening factor,
+        kept with ``r`` so that a fixed noise computes it once)."""
         if self.adaptive:
             r = torch.ones(n_outputs, device=device, dtype=dtype)
         else:
             r = torch.as_tensor(self.obs_variance, device=device, dtype=dtype).reshape(-1)
             r = r.expand(n_outputs).clone() if r.numel() == 1 else r.clone()
-        return {"r": r, "weight": torch.zeros((), device=device, dtype=dtype)}
+        return {"r": r, "weight": torch.zeros((), device=device, dtype=dtype), "scale": r.rsqrt()[:, None]}
 
     def next_state(self, state, f, Y, w):
         """Online estimate C.2 (eq. 66, mean over outputs as the reference code); fixed r: unchanged."""
@@ -98,14 +99,16 @@ class Gaussian(Likelihood):
             if self.eps_min > 0:  # the floor applies to rows that count (w > 0) only
                 eps = torch.where(w[i] > 0, eps.clamp(min=self.eps_min), eps)
             r = ((1 - eps) * r + eps * resid2[i]).clamp_min(self.min_variance)
-        return {"r": r, "weight": total}
+        return {"r": r, "weight": total, "scale": r.rsqrt()[:, None]}
 
     def mean(self, f):
         return f
 
     def whiten(self, f, J, Y, state):
-        s = state["r"].rsqrt()
-        return J * s[None, :, None], (Y - f) * s
+        s = state.get("scale")  # (C, 1): r^{−1/2}
+        if s is None:  # a state made by hand, without the cached factor
+            s = state["r"].rsqrt()[:, None]
+        return J * s, (Y - f) * s[:, 0]
 
     def aleatoric_variance(self, f, state):
         """Observation-noise variance of each output, ``(n, C)``."""

@@ -71,19 +71,31 @@ def lofi_update(ops, mu_p, ups_p, WT_p, Hw, ew, rank, variant="diagonal", trunca
     in ``Υ`` and, through ``G``, the mean non-finite.
     """
     L = rank
-    WtT = ops.cat_rows(WT_p, Hw) if L else Hw
-    UWT = WtT * (1.0 / ups_p)  # (Υ⁻¹ W̃)ᵀ; its last m rows are Υ⁻¹ Hwᵀ
-    Z = WtT @ UWT.T  # W̃ᵀ Υ⁻¹ W̃, (k, k)
+    k = L + Hw.shape[0]
+    # R = [(Υ⁻¹ W̃)ᵀ; W̃ᵀ], (2k, P): one product W̃ᵀ Rᵀ gives W̃ᵀ Υ⁻¹ W̃ and the Gram matrix W̃ᵀ W̃
+    gram_needed = truncate and variant == "diagonal"
+    R = ops.empty((2 * k if gram_needed else k, WT_p.shape[1]), like=Hw)
+    WtT = R[k:] if gram_needed else ops.empty((k, WT_p.shape[1]), like=Hw)
+    WtT[:L] = WT_p
+    WtT[L:] = Hw
+    R[:k] = WtT * (1.0 / ups_p)
+    UWT = R[:k]  # (Υ⁻¹ W̃)ᵀ; its last m rows are Υ⁻¹ Hwᵀ
+    ZG = WtT @ R.T
+    Z = ZG[:, :k]  # W̃ᵀ Υ⁻¹ W̃, (k, k)
     rhs = Z[:, L:] @ ew  # W̃ᵀ Υ⁻¹ b
-    gram = Z * ups_p if variant == "spherical" and truncate else None  # W̃ᵀ W̃ = η W̃ᵀ Υ⁻¹ W̃
-    sol, ok = ops.spd_solve(ops.add_identity_(Z), rhs, "LoFi update system")
+    if gram_needed:
+        gram = ZG[:, k:]
+    elif truncate:  # spherical: W̃ᵀ W̃ = η W̃ᵀ Υ⁻¹ W̃
+        gram = Z * ups_p
+    Z = Z + ops.eye(k, like=Hw)
+    sol, ok = ops.spd_solve(Z, rhs, "LoFi update system")
     coef = -sol
     coef[L:] += ew
     mu = mu_p + UWT.T @ coef
     if not truncate:
         ops.check_finite([mu], ok, "LoFi update system")
         return mu, None, None, ok
-    V = ops.eigh_descending(WtT @ WtT.T if gram is None else gram, "LoFi truncation (eigh of W̃ᵀW̃)")
+    V = ops.eigh_descending(gram, "LoFi truncation (eigh of W̃ᵀW̃)")
     UST = V.T @ WtT  # (Ũ Λ̃)ᵀ
     WT_new = UST[:L]
     if variant == "diagonal":
