@@ -191,8 +191,11 @@ TORCH_OPS = _TorchOps()
 NUMPY_OPS = _NumpyOps()
 
 
-def ops_for(t: torch.Tensor, prefer_numpy: bool = True) -> _Ops:
-    """The backend for tensor ``t``: NumPy for CPU tensors (unless ``prefer_numpy`` is False), else torch."""
+def ops_for(t, prefer_numpy: bool = True) -> _Ops:
+    """The backend for ``t``: NumPy for a NumPy array, or for a CPU tensor unless ``prefer_numpy``
+    is False; torch otherwise."""
+    if isinstance(t, np.ndarray):
+        return NUMPY_OPS
     return NUMPY_OPS if prefer_numpy and t.device.type == "cpu" and not t.requires_grad else TORCH_OPS
 
 
@@ -200,7 +203,7 @@ def as_numpy(ops: _Ops, *tensors):
     """Zero-copy NumPy views of CPU tensors when ``ops`` is NumPy; the tensors unchanged otherwise."""
     if ops is TORCH_OPS:
         return tensors
-    return tuple(t.numpy() for t in tensors)
+    return tuple(t if isinstance(t, np.ndarray) else t.numpy() for t in tensors)
 
 
 def as_tensor(ops: _Ops, *arrays):

@@ -12,6 +12,10 @@
 4. asks the structure for the predicted-and-updated belief and commits it, together with the
    likelihood's noise state, only if the step succeeded.
 
+On the CPU, when both the likelihood and the posterior structure take NumPy arrays
+(``host_arrays``), step 3 runs on zero-copy NumPy views (:mod:`skfilter._array_ops`: a small torch
+operation costs several times a NumPy one, and a step on a small network is dozens of them).
+
 A failed step raises :class:`~skfilter.exceptions.FilterStepError` with the belief after the last
 good step left in place.
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import torch
 
+from ._array_ops import NUMPY_OPS, as_numpy
 from .exceptions import FilterStepError
 
 
@@ -61,9 +66,16 @@ class OnlineFilter:
         if noise is not self.noise_state and not bool(torch.isfinite(noise["r"]).all()):
             raise FilterStepError("The online observation-variance estimate became non-finite; "
                                   "the last good belief is kept.")
-        Hw, ew = self.likelihood.whiten(f, J, Y, noise)
+        if self.likelihood.host_arrays and post.host_arrays:
+            # CPU fast path (skfilter._array_ops): whiten NumPy views, which the posterior takes
+            f_, J_, Y_ = as_numpy(NUMPY_OPS, f, J, Y)
+            Hw, ew = self.likelihood.whiten(f_, J_, Y_, {k: v.numpy() for k, v in noise.items()})
+            if w is not None:
+                w = w.numpy()
+        else:
+            Hw, ew = self.likelihood.whiten(f, J, Y, noise)
         if w is not None:
-            sw = w.sqrt()
+            sw = w ** 0.5
             Hw = Hw * sw[:, None, None]
             ew = ew * sw[:, None]
         P = Hw.shape[-1]

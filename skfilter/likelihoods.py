@@ -41,6 +41,10 @@ class Likelihood:
     #: number of model outputs per observation; ``None`` = any
     n_outputs = None
 
+    #: whether :meth:`whiten` is plain arithmetic that also runs on NumPy views of CPU tensors
+    #: (state included), which the engine then uses (:mod:`skfilter._array_ops`)
+    host_arrays = False
+
     def mean(self, f: torch.Tensor) -> torch.Tensor:
         """Mean of the target given model output ``f`` (plug-in)."""
         raise NotImplementedError
@@ -104,10 +108,12 @@ class Gaussian(Likelihood):
     def mean(self, f):
         return f
 
+    host_arrays = True
+
     def whiten(self, f, J, Y, state):
         s = state.get("scale")  # (C, 1): r^{−1/2}
         if s is None:  # a state made by hand, without the cached factor
-            s = state["r"].rsqrt()[:, None]
+            s = state["r"][:, None] ** -0.5
         return J * s, (Y - f) * s[:, 0]
 
     def aleatoric_variance(self, f, state):

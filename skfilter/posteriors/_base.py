@@ -17,6 +17,10 @@ class Posterior:
 
     mean: torch.Tensor
 
+    #: whether :meth:`propose` also takes ``Hw``, ``ew`` as NumPy arrays (CPU beliefs; see
+    #: :mod:`skfilter._array_ops`), which lets the engine whiten on the host
+    host_arrays = False
+
     @property
     def n_params(self) -> int:
         return int(self.mean.shape[0])

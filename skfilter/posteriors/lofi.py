@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from .._array_ops import as_numpy, as_tensor, ops_for
@@ -171,6 +172,10 @@ class LowRankPrecision(Posterior):
         self.n_steps = 0
 
     @property
+    def host_arrays(self) -> bool:
+        return self.cpu_backend == "numpy" and self.mean.device.type == "cpu"
+
+    @property
     def W(self) -> torch.Tensor:
         """The low-rank factor ``W`` (``(P, L)``, a view of the stored ``WT``)."""
         return self.WT.T
@@ -277,8 +282,9 @@ class LowRankPrecision(Posterior):
     # -- the step --------------------------------------------------------------------------------
     def propose(self, Hw, ew, gamma=1.0, q=0.0, J=None):
         """Predict (inflation and dynamics, in torch), then the update of :func:`lofi_update` on
-        the backend of :func:`~skfilter._array_ops.ops_for` (NumPy views of CPU
-        tensors unless ``cpu_backend='torch'``)."""
+        the backend of :func:`~skfilter._array_ops.ops_for`: NumPy views of CPU tensors unless
+        ``cpu_backend='torch'``. ``Hw``, ``ew`` may be NumPy arrays when :attr:`host_arrays`
+        (the engine whitens on the host); the committed belief is always torch tensors."""
         q_eff = self._q(gamma, q)
         mu_p, ups_p, WT_p = self._predicted(gamma, q)
         quad = None
@@ -293,7 +299,8 @@ class LowRankPrecision(Posterior):
         if full_svd:
             ups_new, WT_new = as_tensor(ops, ups_new, WT_new)
         else:  # Alg. 8 on the torch tensors
-            WT_new = self._orth_update(WT_p.T, Hw.T, self.n_steps).T.contiguous()
+            Hw_t = torch.from_numpy(Hw) if isinstance(Hw, np.ndarray) else Hw
+            WT_new = self._orth_update(WT_p.T, Hw_t.T, self.n_steps).T.contiguous()
             ups_new = ups_p
         eta_pp = 1.0 / (gamma * gamma / self.eta_pp + q_eff)
         m0 = None if self.prior_mean is None else self.prior_mean * gamma
