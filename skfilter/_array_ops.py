@@ -32,8 +32,9 @@ class _Ops:
     name = ""
 
     def spd_solve(self, A, b, what):
-        """``A⁻¹ b`` for symmetric positive-definite ``A`` by Cholesky; returns ``(x, ok)`` where
-        ``ok`` is a backend scalar (checked later, in the step's single synchronisation)."""
+        """``A⁻¹ b`` (``b`` a vector or a matrix of right-hand sides) for symmetric positive-definite
+        ``A`` by Cholesky; returns ``(x, ok)`` where ``ok`` (0 on success) is a backend scalar,
+        checked later in the step's single synchronisation."""
         raise NotImplementedError
 
     def eigh_descending(self, A, what):
@@ -84,6 +85,8 @@ class _TorchOps(_Ops):
 
     def spd_solve(self, A, b, what):
         Lc, info = torch.linalg.cholesky_ex(A)
+        if b.dim() == 2:
+            return torch.cholesky_solve(b, Lc, upper=False), info
         return torch.cholesky_solve(b.unsqueeze(-1), Lc, upper=False).squeeze(-1), info
 
     def eigh_descending(self, A, what):

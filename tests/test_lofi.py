@@ -1043,6 +1043,14 @@ def test_numpy_and_torch_cpu_backends_agree(variant, svd, m, dynamics):
     _close(_np(a.ups), _np(b.ups), rtol=1e-10)
     # W is defined up to the signs of its columns (eigenvectors): compare W Wᵀ
     _close(_np(a.W) @ _np(a.W).T, _np(b.W) @ _np(b.W).T, rtol=1e-9)
+    # the predictive J Σ Jᵀ of both backends, against the dense covariance
+    J = _t(np.random.default_rng(4).normal(size=(3, 2, P)))
+    dense = np.einsum("ncp,pq,ndq->ncd", _np(J), _dense_cov(a), _np(J))
+    for post in (a, b):
+        quad = post._quad(J, post.ups, post.WT)  # of the current belief (predictive_cov would inflate)
+        assert isinstance(quad, torch.Tensor) and quad.shape == (3, 2, 2)
+        _close(_np(quad), dense, rtol=1e-8)
+    _close(_np(a.predictive_cov(J, gamma, q)), _np(b.predictive_cov(J, gamma, q)), rtol=1e-9)
     assert a.WT.dtype == b.WT.dtype == torch.float64 and a.WT.is_contiguous()
 
 

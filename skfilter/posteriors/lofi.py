@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from .._array_ops import as_numpy, as_tensor, ops_for
+from ..exceptions import FilterStepError
 from ._base import Posterior, cholesky_or_raise
 
 VARIANTS = ("diagonal", "spherical")
@@ -106,6 +107,23 @@ def lofi_update(ops, mu_p, ups_p, WT_p, Hw, ew, rank, variant="diagonal", trunca
         ups_new = ups_p
     ops.check_finite([mu, ups_new], ok, "LoFi update system")
     return mu, ups_new, WT_new, ok
+
+
+def lowrank_quadratic_form(ops, J, ups, WT):
+    """``J Σ Jᵀ`` (``(n, C, C)``) for ``Σ = (Υ + W Wᵀ)⁻¹``, ``J (n, C, P)``, ``WT = Wᵀ (L, P)``, by
+    Woodbury (B.1, eq. 61): ``J Υ⁻¹ Jᵀ − A M⁻¹ Aᵀ`` with ``A = J Υ⁻¹ W``, ``M = I + Wᵀ Υ⁻¹ W``
+    (Cholesky). Returns ``(quad, ok)`` (``ok`` None when ``L = 0``), arrays of the backend ``ops``."""
+    n, C, P = J.shape
+    JU = J * (1.0 / ups)  # J Υ⁻¹
+    quad = JU @ J.swapaxes(1, 2)
+    L = WT.shape[0]
+    if L == 0:
+        return quad, None
+    UWT = WT * (1.0 / ups)
+    M = WT @ UWT.T + ops.eye(L, like=WT)
+    A = JU.reshape(n * C, P) @ WT.T  # (J Υ⁻¹ W), (nC, L)
+    X, ok = ops.spd_solve(M, A.T, "LoFi low-rank system")  # M⁻¹ Aᵀ, (L, nC)
+    return quad - A.reshape(n, C, L) @ X.T.reshape(n, C, L).swapaxes(1, 2), ok
 
 
 class LowRankPrecision(Posterior):
@@ -289,7 +307,7 @@ class LowRankPrecision(Posterior):
         mu_p, ups_p, WT_p = self._predicted(gamma, q)
         quad = None
         if J is not None:
-            quad = self._quad(J, ups_p, WT_p.T)
+            quad = self._quad(J, ups_p, WT_p)
         ops = ops_for(Hw, prefer_numpy=self.cpu_backend == "numpy")
         full_svd = self.svd == "full"
         with ops.quiet():
@@ -317,25 +335,21 @@ class LowRankPrecision(Posterior):
         return self._predicted(gamma, q)[0]
 
     # -- predictive ------------------------------------------------------------------------------
-    def _quad(self, J, ups, W):
-        """``J Σ Jᵀ`` for ``Σ = (Υ + W Wᵀ)⁻¹`` by Woodbury (B.1, eq. 61): ``(n, C, C)``."""
-        n, C, P = J.shape
-        ui = 1.0 / ups
-        JU = J * ui  # J Υ⁻¹
-        quad = torch.bmm(JU, J.transpose(1, 2))
-        if W.shape[1]:
-            UW = ui[:, None] * W if ups.numel() > 1 else ui * W
-            M = W.T @ UW
-            M.diagonal().add_(1.0)
-            Lc = cholesky_or_raise(M, "LoFi low-rank system")
-            A = torch.linalg.solve_triangular(Lc, (J.reshape(n * C, P) @ UW).T, upper=False)  # L⁻¹ (J Υ⁻¹ W)ᵀ
-            A = A.T.reshape(n, C, -1)
-            quad = quad - torch.bmm(A, A.transpose(1, 2))
-        return quad
+    def _quad(self, J, ups, WT):
+        """``J Σ Jᵀ`` for ``Σ = (Υ + W Wᵀ)⁻¹`` by Woodbury (B.1, eq. 61): ``(n, C, C)``, with
+        ``A = J Υ⁻¹ W``: ``J Υ⁻¹ Jᵀ − A (I + Wᵀ Υ⁻¹ W)⁻¹ Aᵀ``. On the backend of ``J``
+        (:mod:`skfilter._array_ops`); returns a tensor."""
+        ops = ops_for(J, prefer_numpy=self.cpu_backend == "numpy")
+        J_, ups_, WT_ = as_numpy(ops, J, ups, WT)
+        with ops.quiet():
+            quad, ok = lowrank_quadratic_form(ops, J_, ups_, WT_)
+        if ok is not None and int(ok) != 0:
+            raise FilterStepError("The LoFi low-rank system is not positive definite (the belief is degenerate).")
+        return as_tensor(ops, quad)[0]
 
     def predictive_cov(self, J, gamma=1.0, q=0.0):
         _, ups, WT = self._predicted(gamma, q)
-        return self._quad(J, ups, WT.T)
+        return self._quad(J, ups, WT)
 
     def marginal_variance(self):
         ui = 1.0 / self._ups_vec(self.ups)
