@@ -69,6 +69,24 @@ def test_speed_cli_parses_and_rejects_unknown_config(tmp_path, capsys):
     assert "unknown configuration" in capsys.readouterr().out
 
 
+def test_speed_mnist_network_on_a_small_classifier():
+    """The ``--network mnist`` path (784-d stream, ten classes, MLPClassifier baseline) with a
+    narrow network, so that it runs in a unit test; the real configuration is MNIST_CONFIGS."""
+    stream = speed.synthetic_image_stream(60, seed=1)
+    assert stream.X.shape == (60, 784) and set(stream.y[:10]) == set(range(10))
+    cfg = speed.lofi_classifier_config(2, 0.01, hidden=(6,))
+    res = speed.run_speed(configs=[cfg], n_rows=3, repeats=1, verbose=False, network="mnist")
+    rows = {r["config"]: r for r in res["results"]}
+    assert set(rows) == {"LoFi r2 clf", "MLPClassifier.partial_fit"}
+    assert rows["LoFi r2 clf"]["error"] is None and rows["LoFi r2 clf"]["n_params"] == 785 * 6 + 7 * 10
+    assert math.isfinite(rows["LoFi r2 clf"]["ratio_vs_mlp"])
+    assert res["settings"]["model"] == "MLP 784-500-500-10 ReLU"
+    assert speed.MNIST_CONFIGS[0].make("cpu", "float64", 0, 1).hidden_layer_sizes == (500, 500)
+    with pytest.raises(ValueError, match="network"):
+        speed.run_speed(network="imagenet", verbose=False)
+    assert build_parser().parse_args(["speed", "--network", "mnist"]).network == "mnist"
+
+
 def test_parser_lists_every_command():
     parser = build_parser()
     for name in COMMANDS:

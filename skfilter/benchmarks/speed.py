@@ -12,6 +12,12 @@ covariance ≤ 400 µs, diagonal ≤ 150 µs at batch size 1, float64, CPU).
 To benchmark another structure, append a :class:`SpeedConfig` to :data:`CONFIGS` (e.g. LoFi rank
 10); ``--batch-sizes 1 8 32`` times every configuration at each batch size (:func:`with_batch_sizes`).
 
+``--network mnist`` times LoFi rank 10 on the 784-500-500-10 classification MLP of the LoFi paper's
+image experiments (``P = 648,010``) instead, on a synthetic stream of 784 standard-normal features
+with ten classes (the timing does not depend on the data), beside
+``MLPClassifier((500, 500)).partial_fit``; with ``--device cuda`` this is the GPU measurement of
+spec/lofi.md §5 (use small ``--n-rows``/``--repeats`` on a CPU: a step there takes tens of ms).
+
 Run as ``python -m skfilter.benchmarks speed`` (``make bench``).
 """
 
@@ -100,6 +106,19 @@ def lofi_config(rank, prior_variance, target_us=None, batch_size=1, obs_variance
     return SpeedConfig(name, make, batch_size, target_us, f"lofi-{variant} L={rank}")
 
 
+def lofi_classifier_config(rank, prior_variance, hidden=(500, 500), batch_size=1) -> SpeedConfig:
+    """A :class:`SpeedConfig` of :class:`~skfilter.LoFiClassifier` (rank ``rank``) on an MLP with
+    the given hidden widths (the ``--network mnist`` configuration)."""
+
+    def make(device, dtype, seed, batch_size):
+        from .. import LoFiClassifier
+
+        return LoFiClassifier(hidden_layer_sizes=hidden, rank=rank, prior_variance=prior_variance,
+                              batch_size=batch_size, device=device, dtype=dtype, random_state=seed)
+
+    return SpeedConfig(f"LoFi r{rank} clf", make, batch_size, None, f"lofi-diagonal L={rank}")
+
+
 def with_batch_sizes(configs, batch_sizes) -> list:
     """Each configuration at each batch size (``name`` suffixed ``' b8'`` etc. for sizes other than 1).
 
@@ -131,6 +150,25 @@ CONFIGS = [
     ekf_config("fd", 0.1, target_us=150.0),
     lofi_config(10, 0.1, target_us=150.0),
 ]
+
+#: ``--network mnist``: the 784-500-500-10 classifier of the LoFi paper's image experiments
+MNIST_CONFIGS = [lofi_classifier_config(10, 0.01)]
+
+#: networks of ``--network``: stream, configurations, baseline, description
+NETWORKS = ("concrete", "mnist")
+
+
+def synthetic_image_stream(n_rows, seed=0, n_features=784, n_classes=10):
+    """Standard-normal rows with labels cycling through the classes first (so that any warm-up
+    prefix of ``n_classes`` rows or more holds every class), then random: a stand-in for MNIST
+    when only the cost per step is measured."""
+    from sklearn.utils import Bunch
+
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n_rows, n_features))
+    y = rng.integers(0, n_classes, size=n_rows)
+    y[:n_classes] = np.arange(n_classes)
+    return Bunch(X=X, y=y, name="synthetic 784-d, 10 classes")
 
 
 def _rows(stream, start, n):
@@ -187,8 +225,9 @@ def time_config(cfg: SpeedConfig, stream, n_rows=500, repeats=5, device="cpu", d
     return row
 
 
-def time_mlp_baseline(stream, n_rows=500, repeats=5, seed=0) -> dict:
-    """Time ``MLPRegressor(hidden_layer_sizes=(50,)).partial_fit`` on one row per call (CPU).
+def time_mlp_baseline(stream, n_rows=500, repeats=5, seed=0, hidden=(50,), classifier=False) -> dict:
+    """Time scikit-learn's ``MLPRegressor`` (or ``MLPClassifier``) ``partial_fit`` on one row per
+    call (CPU).
 
     Parameters
     ----------
@@ -197,27 +236,35 @@ def time_mlp_baseline(stream, n_rows=500, repeats=5, seed=0) -> dict:
         Calls per timed repeat.
     repeats : int, default=5
     seed : int, default=0
+    hidden : tuple of int, default=(50,)
+    classifier : bool, default=False
+        ``MLPClassifier`` (classes from the whole stream) instead of ``MLPRegressor``.
 
     Returns
     -------
     dict
         Same keys as :func:`time_config`.
     """
-    from sklearn.neural_network import MLPRegressor
+    from sklearn.neural_network import MLPClassifier, MLPRegressor
 
-    est = MLPRegressor(hidden_layer_sizes=(50,), random_state=seed)
     Xw, yw = _rows(stream, 0, WARMUP_ROWS)
     X, y = _rows(stream, WARMUP_ROWS, n_rows)
+    if classifier:
+        est, name = MLPClassifier(hidden_layer_sizes=hidden, random_state=seed), "MLPClassifier.partial_fit"
+        kw = {"classes": np.unique(stream.y)}
+    else:
+        est, name = MLPRegressor(hidden_layer_sizes=hidden, random_state=seed), "MLPRegressor.partial_fit"
+        kw = {}
     for t in range(WARMUP_ROWS):
-        est.partial_fit(Xw[t:t + 1], yw[t:t + 1])
+        est.partial_fit(Xw[t:t + 1], yw[t:t + 1], **kw)
 
     def loop():
         for t in range(n_rows):
-            est.partial_fit(X[t:t + 1], y[t:t + 1])
+            est.partial_fit(X[t:t + 1], y[t:t + 1], **kw)
 
     times = time_repeats(loop, repeats=repeats, warmup=1)
     n_params = sum(c.size for c in est.coefs_) + sum(b.size for b in est.intercepts_)
-    return {"config": "MLPRegressor.partial_fit", "structure": "sklearn (Adam)", "batch_size": 1,
+    return {"config": name, "structure": "sklearn (Adam)", "batch_size": 1,
             "device": "cpu", "dtype": "float64", "target_us": None, "n_rows": n_rows, "error": None,
             "n_params": int(n_params), "times": times, "us_per_row": 1e6 * median(times) / n_rows,
             "us_per_row_min": 1e6 * min(times) / n_rows, "us_per_step": 1e6 * median(times) / n_rows}
@@ -239,7 +286,7 @@ COLUMNS = [
 
 
 def run_speed(configs=None, n_rows=500, repeats=5, device="cpu", dtype="float64", seed=0, baseline=True,
-              json_path=None, verbose=True) -> dict:
+              json_path=None, verbose=True, network="concrete") -> dict:
     """Time every configuration and the scikit-learn baseline; print and optionally save a table.
 
     Parameters
@@ -258,6 +305,9 @@ def run_speed(configs=None, n_rows=500, repeats=5, device="cpu", dtype="float64"
     json_path : path-like, optional
         Write ``{"environment", "settings", "results"}`` as JSON there.
     verbose : bool, default=True
+    network : {'concrete', 'mnist'}, default='concrete'
+        ``'mnist'``: :data:`MNIST_CONFIGS` on :func:`synthetic_image_stream` (784-500-500-10),
+        beside ``MLPClassifier((500, 500)).partial_fit``.
 
     Returns
     -------
@@ -270,9 +320,12 @@ def run_speed(configs=None, n_rows=500, repeats=5, device="cpu", dtype="float64"
     if int(n_rows) < 1 or int(repeats) < 1:
         raise ValueError("n_rows and repeats must be positive.")
     n_rows, repeats = int(n_rows), int(repeats)
-    configs = CONFIGS if configs is None else configs
+    if network not in NETWORKS:
+        raise ValueError(f"network must be one of {NETWORKS}, got {network!r}.")
+    mnist = network == "mnist"
+    configs = (MNIST_CONFIGS if mnist else CONFIGS) if configs is None else configs
     say = print if verbose else (lambda *a, **k: None)
-    stream = load_stream("concrete", seed=seed)
+    stream = synthetic_image_stream(WARMUP_ROWS + n_rows, seed) if mnist else load_stream("concrete", seed=seed)
     results = []
     for cfg in configs:
         say(f"  timing {cfg.name} ...", flush=True)
@@ -280,12 +333,14 @@ def run_speed(configs=None, n_rows=500, repeats=5, device="cpu", dtype="float64"
     synchronize(device)
     if baseline:
         say("  timing MLPRegressor.partial_fit ...", flush=True)
-        results.append(time_mlp_baseline(stream, n_rows, repeats, seed))
+        results.append(time_mlp_baseline(stream, n_rows, repeats, seed, hidden=(500, 500) if mnist else (50,),
+                                         classifier=mnist))
         ref = results[-1]["us_per_row"]
         for r in results:
             r["ratio_vs_mlp"] = r["us_per_row"] / ref
     env = environment()
-    settings = {"dataset": "concrete (standardised, shuffled with seed %d)" % seed, "model": "MLP 8-50-1 ReLU",
+    settings = {"dataset": stream.name if mnist else "concrete (standardised, shuffled with seed %d)" % seed,
+                "model": "MLP 784-500-500-10 ReLU" if mnist else "MLP 8-50-1 ReLU",
                 "n_rows": n_rows, "repeats": repeats, "warmup_rows": WARMUP_ROWS, "device": str(device),
                 "dtype": str(dtype), "load_average_before": load_before}
     table = format_table(results, COLUMNS)
@@ -297,8 +352,8 @@ def run_speed(configs=None, n_rows=500, repeats=5, device="cpu", dtype="float64"
             say(f"  {r['config']}: failed ({r['error']})")
     say(f"  µs/row: median over {repeats} partial_fit calls of {n_rows} rows each (after a warm-up fit "
         f"of {WARMUP_ROWS} rows and one untimed call); µs/step = per filter step of `batch` rows.")
-    say("  × MLP.partial_fit = µs/row ÷ scikit-learn MLPRegressor((50,)).partial_fit on one row per call "
-        "(CPU, same process).")
+    say("  × MLP.partial_fit = µs/row ÷ scikit-learn " + ("MLPClassifier((500, 500))" if mnist else "MLPRegressor((50,))")
+        + ".partial_fit on one row per call (CPU, same process).")
     say(f"  torch {env['torch']}, {env['torch_threads']} torch threads, {env['cpu_count']} CPUs, load "
         f"average {env['load_average']}.")
     warning = load_warning(load_before)
@@ -332,6 +387,8 @@ def add_arguments(parser) -> None:
                         help="torch intra-op threads (0: torch's default, one per core)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", metavar="PATH", default=None, help="write the results as JSON")
+    parser.add_argument("--network", choices=NETWORKS, default="concrete",
+                        help="'concrete': MLP 8-50-1 (P=501); 'mnist': LoFi r10 on MLP 784-500-500-10 (P=648,010)")
 
 
 def main(args) -> int:
@@ -343,16 +400,17 @@ def main(args) -> int:
     except ValueError as exc:
         print(f"error: {exc}")
         return 2
-    configs = CONFIGS
+    available = MNIST_CONFIGS if args.network == "mnist" else CONFIGS
+    configs = available
     if args.only:
-        names = {c.name for c in CONFIGS}
+        names = {c.name for c in available}
         unknown = [n for n in args.only if n not in names]
         if unknown:
             print(f"unknown configuration(s) {unknown}; choose from {sorted(names)}")
             return 2
-        configs = [c for c in CONFIGS if c.name in args.only]
+        configs = [c for c in available if c.name in args.only]
     configs = with_batch_sizes(configs, args.batch_sizes)
     with torch_threads(args.threads):
         run_speed(configs, n_rows=args.n_rows, repeats=args.repeats, device=args.device, dtype=args.dtype,
-                  seed=args.seed, baseline=not args.no_baseline, json_path=args.json)
+                  seed=args.seed, baseline=not args.no_baseline, json_path=args.json, network=args.network)
     return 0
