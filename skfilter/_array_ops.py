@@ -1,10 +1,13 @@
 """The few array operations of a filter step that are not plain arithmetic, for two backends.
 
-Used by the LoFi update (:func:`skfilter.posteriors.lofi.lofi_update`) and the fused MLP Jacobian
-(:func:`skfilter.models.mlp_forward_jacobian`).
+Used by the LoFi update and predictive (:func:`skfilter.posteriors.lofi.lofi_update`,
+:func:`~skfilter.posteriors.lofi.lowrank_quadratic_form`), the fused MLP forward pass and Jacobian
+(:func:`skfilter.models.mlp_forward_jacobian`) and, through the engine
+(:class:`skfilter.filtering.OnlineFilter`), the Gaussian whitening.
 
-A step written against :data:`TORCH_OPS` or :data:`NUMPY_OPS` (plus ``+ − * / @``, indexing and
-``.T``, which both array types share) runs unchanged on torch tensors or NumPy arrays.
+A step written against :data:`TORCH_OPS` or :data:`NUMPY_OPS` (plus ``+ − * / @ **``, indexing,
+slice assignment, ``.T``, ``reshape`` and ``swapaxes``, which both array types share) runs unchanged
+on torch tensors or NumPy arrays.
 
 Why two: on the CPU a small torch operation costs ~5–15 µs of dispatch, against ~1–3 µs for the
 same NumPy/LAPACK call, and a LoFi step on a small network is dozens of small operations — the
