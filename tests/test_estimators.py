@@ -308,6 +308,25 @@ def test_linear_gaussian_sample_weight_scales_the_precision(sequential):
                                rtol=1e-10, atol=1e-14)
 
 
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_lofi_sample_weights_on_the_host_path_match_blr(batch_size):
+    """LoFi of full rank on a linear-Gaussian model with sample weights (CPU: whitening and weights
+    on NumPy views, skfilter._array_ops) is the weighted Bayesian linear-regression posterior."""
+    from skfilter import LoFiRegressor
+
+    X, y = regression_data(n=20, d=2, seed=3)
+    w = np.random.default_rng(0).uniform(0.2, 3.0, size=20)
+    w[[3, 11]] = 0.0
+    s0, r = 1.0, 0.4
+    module = linear_module(2, seed=6, sequential=True)
+    est = LoFiRegressor(module=module, rank=3, prior_variance=s0, obs_variance=r, batch_size=batch_size)
+    est.fit(X, y, sample_weight=w)
+    assert est.posterior_.host_arrays
+    mu, Sigma = blr_posterior(X, y, flat_params(module), s0, r, w)
+    np.testing.assert_allclose(est.posterior_.mean.numpy(), mu, rtol=1e-9, atol=1e-10)
+    np.testing.assert_allclose(est.posterior_.covariance().numpy(), Sigma, rtol=1e-8, atol=1e-11)
+
+
 def test_linear_gaussian_weight_two_equals_repeated_row():
     X, y = regression_data(n=15, d=2, seed=7)
     w = np.ones(15)
