@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from skfilter import EKFClassifier, EKFRegressor
+from skfilter import EKFClassifier, EKFRegressor, LoFiClassifier, LoFiRegressor
 from skfilter.model_selection import prequential_predict
 
 HAS_CUDA = torch.cuda.is_available()
@@ -22,7 +22,8 @@ def cuda_test(f):
     return pytest.mark.cuda(pytest.mark.skipif(not HAS_CUDA, reason="CUDA is not available")(f))
 
 
-COVARIANCES = ["full", "vd", "fd"]
+#: EKF covariances, and 'lofi' for LoFi of rank 3 (its torch update path runs only on a GPU)
+COVARIANCES = ["full", "vd", "fd", "lofi"]
 #: (rtol, atol) against the CPU float64 reference
 TOLERANCE = {"float64": (1e-8, 1e-9), "float32": (1e-3, 2e-3)}
 
@@ -37,13 +38,17 @@ def _data(kind, n=40, d=3, seed=0):
 
 def _make(kind, **kw):
     kw = {"hidden_layer_sizes": (5,), "activation": "tanh", "random_state": 0, **kw}
+    lofi = kw.get("covariance") == "lofi"
+    if lofi:
+        del kw["covariance"]
+        kw["rank"] = 3
     if kind == "regressor":
-        return EKFRegressor(obs_variance=0.1, **kw)
-    return EKFClassifier(**kw)
+        return (LoFiRegressor if lofi else EKFRegressor)(obs_variance=0.1, **kw)
+    return (LoFiClassifier if lofi else EKFClassifier)(**kw)
 
 
 def _outputs(est, X):
-    if isinstance(est, EKFRegressor):
+    if isinstance(est, (EKFRegressor, LoFiRegressor)):
         return est.predict(X, return_std=True)
     return (est.predict_proba(X),)
 
