@@ -19,6 +19,7 @@ the same quantities in the same order, and the tests run both on the CPU.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 
 import numpy as np
@@ -29,40 +30,40 @@ import torch
 from .exceptions import FilterStepError
 
 
-class _Ops:
-    """Interface: see :class:`_TorchOps` and :class:`_NumpyOps`."""
+class _Ops(abc.ABC):
+    """Interface (abstract): see :class:`_TorchOps` and :class:`_NumpyOps`."""
 
     name = ""
 
+    @abc.abstractmethod
     def spd_solve(self, A, b, what):
         """``A⁻¹ b`` (``b`` a vector or a matrix of right-hand sides) for symmetric positive-definite
         ``A`` by Cholesky; returns ``(x, ok)`` where ``ok`` (0 on success) is a backend scalar,
         checked later in the step's single synchronisation."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def eigh_descending(self, A, what):
         """Eigenvectors of symmetric ``A`` as columns, by decreasing eigenvalue."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def check_finite(self, tensors, ok, what):
         """Raise :class:`FilterStepError` unless ``ok`` holds and every array is finite."""
-        raise NotImplementedError
 
     def quiet(self):
         """Context in which non-finite intermediate values stay silent (they are checked)."""
         return contextlib.nullcontext()
 
+    @abc.abstractmethod
     def empty(self, shape, like):
         """Uninitialised array of ``shape`` with the dtype (and device) of ``like``."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def eye(self, n, like):
         """``I_n`` with the dtype (and device) of ``like``."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def activation(self, name, z):
         """``φ(z)`` for the activation ``name`` ('relu', 'tanh', 'logistic', 'identity', 'elu')."""
-        raise NotImplementedError
 
     def activation_derivative(self, name, z, a):
         """``φ'(z)`` given ``z`` and ``a = φ(z)``; ``None`` for the identity (``φ' = 1``)."""
@@ -73,6 +74,10 @@ class _Ops:
         if name == "identity":
             return None
         return self._derivative(name, z, a)
+
+    @abc.abstractmethod
+    def _derivative(self, name, z, a):
+        """``φ'(z)`` of the activations that need backend functions ('relu', 'elu')."""
 
 
 def _fail_not_pd(what):

@@ -5,16 +5,15 @@ from __future__ import annotations
 import numpy as np
 import torch
 from sklearn.base import ClassifierMixin
-from sklearn.utils.validation import check_is_fitted
 
 from ._estimator import _numpy
-from ._validation import check_class_module_outputs, check_int, encode_class_labels
+from ._validation import ProbabilisticClassifierMixin, check_class_module_outputs, check_int, encode_class_labels
 from .likelihoods import Bernoulli, Categorical, probit_probabilities
 
 _CLASSIFICATION_PREDICTIVES = ("probit", "plugin", "mc")
 
 
-class FilterClassifierMixin(ClassifierMixin):
+class FilterClassifierMixin(ProbabilisticClassifierMixin, ClassifierMixin):
     """Targets, likelihood and predictive of the filter classifiers.
 
     The module outputs logits: one per class (Categorical likelihood with the exact logit-space
@@ -86,25 +85,6 @@ class FilterClassifierMixin(ClassifierMixin):
             Columns in the order of ``classes_``.
         """
         return _numpy(self._predictive_summary(self._predict_tensor(X)))
-
-    def predict_log_proba(self, X):
-        """Logarithm of :meth:`predict_proba`."""
-        with np.errstate(divide="ignore"):
-            return np.log(self.predict_proba(X))
-
-    def predict(self, X):
-        """Most probable class under the posterior predictive.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        y : ndarray of shape (n_samples,)
-        """
-        check_is_fitted(self)
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
     def partial_fit(self, X, y, classes=None, sample_weight=None):
         """Continue learning from ``(X, y)`` (one pass, in row order).

@@ -12,6 +12,7 @@ import numbers
 
 import numpy as np
 from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted
 
 from .exceptions import FilterStepError
 from .models import ACTIVATIONS
@@ -24,6 +25,8 @@ __all__ = [
     "check_class_module_outputs",
     "regression_target_matrix",
     "unchanged_on_error",
+    "PrefixedParamsMixin",
+    "ProbabilisticClassifierMixin",
 ]
 
 
@@ -155,3 +158,27 @@ class PrefixedParamsMixin:
         for key in [k for k in params if k.startswith(self._param_prefixes)]:
             setattr(self, key, params.pop(key))
         return super().set_params(**params)
+
+
+class ProbabilisticClassifierMixin:
+    """``predict`` and ``predict_log_proba`` of a classifier from its ``predict_proba`` (columns in
+    the order of ``classes_``)."""
+
+    def predict_log_proba(self, X):
+        """Logarithm of :meth:`predict_proba`."""
+        with np.errstate(divide="ignore"):
+            return np.log(self.predict_proba(X))
+
+    def predict(self, X):
+        """Most probable class under :meth:`predict_proba`.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        y : ndarray of shape (n_samples,)
+        """
+        check_is_fitted(self)
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]

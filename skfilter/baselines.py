@@ -45,6 +45,7 @@ from ._validation import (
     encode_class_labels,
     regression_target_matrix,
     PrefixedParamsMixin,
+    ProbabilisticClassifierMixin,
     unchanged_on_error,
 )
 
@@ -524,7 +525,7 @@ class ReplaySGDRegressor(RegressorMixin, _ReplayBase):
         return tags
 
 
-class ReplaySGDClassifier(ClassifierMixin, _ReplayBase):
+class ReplaySGDClassifier(ProbabilisticClassifierMixin, ClassifierMixin, _ReplayBase):
     __doc__ = f"""Neural-network classification by SGD/Adam on a FIFO replay buffer (SGD-RB, Adam-RB, OGD).
 
     After each new row the buffer of the last ``buffer_size`` rows is updated and ``n_inner``
@@ -641,25 +642,6 @@ class ReplaySGDClassifier(ClassifierMixin, _ReplayBase):
             Columns in the order of ``classes_``.
         """
         return self._probs(self._forward(X)).detach().cpu().numpy().astype(np.float64)
-
-    def predict_log_proba(self, X):
-        """Logarithm of :meth:`predict_proba`."""
-        with np.errstate(divide="ignore"):
-            return np.log(self.predict_proba(X))
-
-    def predict(self, X):
-        """Most probable class.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        y : ndarray of shape (n_samples,)
-        """
-        check_is_fitted(self)
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
     def _check_prequential_args(self, return_std, method):
         """Used by :func:`skfilter.model_selection.prequential_predict` before it fits."""

@@ -111,9 +111,7 @@ class Gaussian(Likelihood):
     host_arrays = True
 
     def whiten(self, f, J, Y, state):
-        s = state.get("scale")  # (C, 1): r^{−1/2}
-        if s is None:  # a state made by hand, without the cached factor
-            s = state["r"][:, None] ** -0.5
+        s = state["scale"]  # (C, 1): r^{−1/2}, kept with r by initial_state/next_state
         return J * s, (Y - f) * s[:, 0]
 
     def aleatoric_variance(self, f, state):
