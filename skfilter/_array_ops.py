@@ -38,8 +38,10 @@ class _Ops(abc.ABC):
     @abc.abstractmethod
     def spd_solve(self, A, b, what):
         """``A⁻¹ b`` (``b`` a vector or a matrix of right-hand sides) for symmetric positive-definite
-        ``A`` by Cholesky; returns ``(x, ok)`` where ``ok`` (0 on success) is a backend scalar,
-        checked later in the step's single synchronisation."""
+        ``A`` by Cholesky; returns ``(x, ok, factor)`` where ``ok`` (0 on success) is a backend
+        scalar, checked later in the step's single synchronisation, and ``factor`` holds the lower
+        Cholesky factor in its lower triangle (the upper triangle is unspecified). The torch
+        backend takes stacks of systems (leading axes); the NumPy one a single system."""
 
     @abc.abstractmethod
     def eigh_descending(self, A, what):
@@ -93,9 +95,9 @@ class _TorchOps(_Ops):
 
     def spd_solve(self, A, b, what):
         Lc, info = torch.linalg.cholesky_ex(A)
-        if b.dim() == 2:
-            return torch.cholesky_solve(b, Lc, upper=False), info
-        return torch.cholesky_solve(b.unsqueeze(-1), Lc, upper=False).squeeze(-1), info
+        if b.dim() == A.dim():
+            return torch.cholesky_solve(b, Lc, upper=False), info.max(), Lc
+        return torch.cholesky_solve(b.unsqueeze(-1), Lc, upper=False).squeeze(-1), info.max(), Lc
 
     def eigh_descending(self, A, what):
         try:
@@ -147,9 +149,9 @@ class _NumpyOps(_Ops):
         potrf, potrs, _ = self._funcs(A)
         c, info = potrf(A.T, lower=1, clean=0)  # A symmetric: A.T is its Fortran-ordered view
         if info != 0:
-            return np.full_like(b, np.nan), 1
+            return np.full_like(b, np.nan), 1, c
         x, info = potrs(c, b, lower=1)
-        return x, info
+        return x, info, c
 
     def eigh_descending(self, A, what):
         _, _, syevd = self._funcs(A)

@@ -101,7 +101,7 @@ class FilterClassifierMixin(ProbabilisticClassifierMixin, ClassifierMixin):
         -------
         self : object
         """
-        if not hasattr(self, "posterior_") and classes is None:
+        if not hasattr(self, "filter_state_") and classes is None:
             raise ValueError("classes must be passed on the first call to partial_fit.")
         self._fit(X, y, sample_weight, reset=False, classes=classes, n_epochs=1)
         return self

@@ -4,7 +4,7 @@
 hyper-parameters and data, builds the model, likelihood and posterior structure on the first
 ``fit``/``partial_fit``, streams rows through :class:`~skfilter.filtering.OnlineFilter`, and computes
 predictives from the current belief. A concrete estimator names its posterior structure by
-implementing :meth:`BaseFilter._make_posterior` and combines :class:`FilterRegressorMixin` or
+implementing :meth:`BaseFilter._make_structure` and combines :class:`FilterRegressorMixin` or
 :class:`FilterClassifierMixin` (targets, likelihood and predictive) with it.
 
 Guarantees (DESIGN.md, conventions):
@@ -26,10 +26,12 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from ._utils import check_scalar, progress_bar, resolve_device, resolve_dtype, torch_generator
-from .filtering import OnlineFilter
+from .dynamics import Dynamics, Reference, apply_dynamics
+from .filtering import EngineParts, FilterState, run_filter
+from .posteriors import Posterior, map_belief
 from .models import build_module, make_adapter
 from ._validation import check_int, check_network_params, check_no_unknown_kwargs, unchanged_on_error
-from ._validation import PrefixedParamsMixin
+from ._validation import PrefixedParamsMixin, check_structural_params_unchanged
 
 #: maximal number of Jacobian entries (rows × outputs × parameters) held at once when predicting
 _PREDICT_CHUNK_ENTRIES = 1 << 23
@@ -60,9 +62,56 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
         """Validate the structure-specific parameters (subclasses)."""
         return {}
 
-    def _make_posterior(self, mean: torch.Tensor, cfg: dict):
-        """Build the prior belief of the posterior structure around ``mean`` (subclasses)."""
+    def _make_structure(self, cfg: dict):
+        """The posterior structure (:class:`skfilter.posteriors.Structure`) of this estimator (subclasses)."""
         raise NotImplementedError
+
+    def _make_dynamics(self, cfg: dict) -> Dynamics:
+        """The dynamics the engine applies before every step, from ``decay``/``process_noise``."""
+        return Dynamics(decay=cfg["decay"], process_noise=cfg["process_noise"])
+
+    #: parameters fixed by the first ``fit``/``partial_fit`` of a stream (the model, the structure,
+    #: the prior, the likelihood): changing one with ``set_params`` makes the next ``partial_fit``
+    #: raise instead of going on with the old value (``fit`` starts anew with the new one)
+    _structural_params = ("hidden_layer_sizes", "activation", "module", "prior_variance")
+    #: the same for the target mixins and the structure mixins
+    _target_structural_params: tuple = ()
+    _structure_structural_params: tuple = ()
+
+    # -- the engine parts (the internal interface wrappers compose) ----------------------------
+    def _engine_parts(self) -> EngineParts:
+        """The parts this fitted estimator's filter is made of (:class:`skfilter.filtering.EngineParts`).
+
+        Meta-estimators (robust weighting, run-length mixtures) build on this: they take the base
+        filter's adapter, likelihood, structure, dynamics and prior and run the engine
+        (:func:`skfilter.filtering.filter_step`) with their own weighting or hypotheses axis; a
+        weighting set with :meth:`_set_weighting` is part of the parts.
+        """
+        check_is_fitted(self)
+        return EngineParts(self._adapter, self._likelihood, self._structure, self._dynamics, self._reference,
+                           getattr(self, "_weighting", None))
+
+    def _set_weighting(self, weighting):
+        """Install a weighting function (the engine's stage 4) on this estimator; for wrappers."""
+        self._weighting = weighting
+
+    # -- the fitted state (one value, swapped whole) -------------------------------------------
+    @property
+    def posterior_(self) -> Posterior:
+        """The belief over the flat parameters, as a read-only :class:`~skfilter.posteriors.Posterior`
+        view (``posterior_.belief`` is the value itself)."""
+        check_is_fitted(self)
+        return Posterior(self._structure, self.filter_state_.belief)
+
+    @property
+    def n_samples_seen_(self) -> int:
+        """Rows conditioned on so far (every pass counts)."""
+        check_is_fitted(self)
+        return self.filter_state_.n_seen
+
+    @property
+    def _noise_state(self):
+        return self.filter_state_.noise
 
     # -- data -----------------------------------------------------------------------------------
     def _tensor(self, a, dtype=None):
@@ -96,15 +145,19 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
         self._shuffle_rng = np.random.RandomState(int(rng.randint(0, 2**31 - 1)))
         self._mc_seed = int(rng.randint(0, 2**31 - 1))
         self._likelihood = self._make_likelihood(adapter.n_outputs, cfg)
-        self.posterior_ = self._make_posterior(adapter.initial_theta(), cfg)
-        self._noise_state = self._likelihood.initial_state(adapter.n_outputs, cfg["device"], cfg["dtype"])
+        self._structure = self._make_structure(cfg)
+        mean0 = adapter.initial_theta()
+        self._reference = Reference(mean0, cfg["prior_variance"])
+        prior = self._structure.prior(mean0, cfg["prior_variance"])
+        noise = self._likelihood.initial_state(adapter.n_outputs, cfg["device"], cfg["dtype"])
         self.n_params_ = adapter.n_params
-        self.n_samples_seen_ = 0
         self.module_ = adapter.module
+        self._structural_values = {k: getattr(self, k) for k in self._structural_param_names()}
+        self.filter_state_ = FilterState(prior, noise, 0)
 
-    def _filter(self, cfg):
-        return OnlineFilter(self._adapter, self._likelihood, self.posterior_, decay=cfg["decay"],
-                            process_noise=cfg["process_noise"], noise_state=self._noise_state)
+    def _structural_param_names(self):
+        return (self._structural_params + self._target_structural_params + self._structure_structural_params
+                + tuple(k for k in vars(self) if k.startswith("module__")))
 
     def _stream(self, X, Y, w, cfg, n_epochs, record=False):
         """Filter ``(X, Y, w)`` ``n_epochs`` times (shuffled after the first pass if ``shuffle``).
@@ -112,7 +165,8 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
         With ``record``, returns the one-step-ahead predictive of every row made before its update
         (see :meth:`_one_step_recorder`), as a tensor with one row per input row.
         """
-        flt = self._filter(cfg)
+        self._dynamics = self._make_dynamics(cfg)
+        parts = self._engine_parts()
         record = self._one_step_recorder(cfg) if record else None
         Xt, Yt = self._tensor(X), self._tensor(self._target_matrix(Y))
         wt = None if w is None else self._tensor(w)
@@ -126,19 +180,19 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
                     Xe, Ye, we = Xt[perm], Yt[perm], None if wt is None else wt[perm]
                 else:
                     Xe, Ye, we = Xt, Yt, wt
-                done_before = self.n_samples_seen_
                 progress = None
                 if bar is not None:
                     progress = lambda j, b=bar, s=epoch * n: b.update(s + j - b.n)  # noqa: E731
                 try:
-                    out = flt.run(Xe, Ye, we, cfg["batch_size"], record, progress)
-                except BaseException as exc:  # a failed step or an interrupt: count the rows learned
-                    self.n_samples_seen_ = done_before + getattr(exc, "rows_done", 0)
+                    state, out = run_filter(parts, self.filter_state_, Xe, Ye, we, cfg["batch_size"], record,
+                                            progress)
+                except BaseException as exc:  # a failed step or an interrupt: keep the rows learned
+                    if hasattr(exc, "last_good_state"):
+                        self.filter_state_ = exc.last_good_state
                     raise
-                self.n_samples_seen_ = done_before + n
+                self.filter_state_ = state  # one assignment: the new state is installed whole
         finally:
-            self._noise_state = flt.noise_state
-            self._adapter.write_to_module(self.posterior_.mean)
+            self._adapter.write_to_module(self.filter_state_.belief.mean)
             if bar is not None:
                 bar.close()
         return out
@@ -147,9 +201,10 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
     def _fit(self, X, y, sample_weight, *, reset, classes=None, n_epochs=None, record=False):
         with unchanged_on_error(self):
             cfg = self._check_params()
-            first = reset or not hasattr(self, "posterior_")
+            first = reset or not hasattr(self, "filter_state_")
             if not first:
                 check_is_fitted(self)
+                check_structural_params_unchanged(self, self._structural_values)
             X, y = validate_data(self, X, y, reset=first, accept_sparse=False,
                                  dtype=[np.float64, np.float32], ensure_all_finite=True,
                                  **self._y_validation_kwargs())
@@ -167,9 +222,11 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
         """Move a fitted estimator to another device/dtype (after ``set_params(device=...)``)."""
         self._adapter = make_adapter(self._adapter.module, device, dtype, self.n_features_in_)
         self.module_ = self._adapter.module
-        self.posterior_.to(device=device, dtype=dtype)
-        if self._noise_state is not None:
-            self._noise_state = {k: v.to(device=device, dtype=dtype) for k, v in self._noise_state.items()}
+        move = lambda v: v.to(device=device, dtype=dtype)  # noqa: E731
+        belief, noise, n_seen = self.filter_state_
+        noise = None if noise is None else {k: move(v) for k, v in noise.items()}
+        self._reference = Reference(move(self._reference.mean), self._reference.variance)
+        self.filter_state_ = FilterState(map_belief(move, belief), noise, n_seen)
         self._device, self._dtype = device, dtype
 
     def fit(self, X, y, sample_weight=None):
@@ -206,24 +263,24 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
         return [(i, min(i + size, n)) for i in range(0, n, size)]
 
     @torch.no_grad()
-    def _linearized(self, Xt, full=False):
-        """Model output ``f (n, C)`` at the posterior mean and ``J Σ Jᵀ``: diagonal ``(n, C)``,
-        or ``(n, C, C)`` if ``full`` (spec/lofi.md §2.8 B.1; the current belief, no predict step)."""
-        mean = self.posterior_.mean
+    def _linearized(self, Xt):
+        """Model output ``f (n, C)`` at the posterior mean and the diagonal of ``J Σ Jᵀ``, ``(n, C)``
+        (spec/lofi.md §2.8 B.1; the current belief, no predict step)."""
+        belief = self.filter_state_.belief
         fs, vs = [], []
         for a, b in self._chunks(Xt.shape[0]):
-            f, J = self._adapter.forward_jacobian(mean, Xt[a:b])
+            f, J = self._adapter.forward_jacobian(belief.mean, Xt[a:b])
             fs.append(f)
-            vs.append(self.posterior_.predictive_cov(J) if full else self.posterior_.predictive_var(J))
+            vs.append(self._structure.quadratic_diagonal(belief, J))
         return torch.cat(fs), torch.cat(vs)
 
     @torch.no_grad()
     def _plugin(self, Xt):
-        return self._adapter.forward(self.posterior_.mean, Xt)
+        return self._adapter.forward(self.filter_state_.belief.mean, Xt)
 
     def _parameter_samples(self, n_samples, seed):
         gen = torch_generator(seed, self._device)
-        return self.posterior_.sample(n_samples, gen)
+        return self._structure.sample(self.filter_state_.belief, n_samples, gen)
 
     @torch.no_grad()
     def _sampled_outputs(self, Xt, n_samples, seed):
@@ -231,27 +288,18 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
         thetas = self._parameter_samples(n_samples, seed)
         return self._adapter.forward_batch(thetas, Xt)
 
-    def _predicted_parameter_samples(self, n_samples, generator, gamma, q):
-        """Draws from the predicted belief ``N(γμ, γ²Σ + qI)``: ``γθ + √q ε`` with ``θ ~ N(μ, Σ)``."""
-        thetas = self.posterior_.sample(n_samples, generator)
-        if gamma != 1.0:
-            thetas = thetas * gamma
-        if q:
-            thetas = thetas + q ** 0.5 * torch.randn(thetas.shape, generator=generator,
-                                                     device=thetas.device, dtype=thetas.dtype)
-        return thetas
-
     def _one_step_recorder(self, cfg):
-        """A ``record`` callable for :meth:`OnlineFilter.step` computing the estimator's predictive
-        (its ``predictive`` parameter) of the rows about to be learned, from the predicted belief."""
+        """A ``record`` callable for :func:`skfilter.filtering.filter_step` computing the estimator's
+        predictive (its ``predictive`` parameter) of the rows about to be learned, from the
+        predicted belief."""
         gen = torch_generator(self._mc_seed, self._device)
-        gamma, q = cfg["decay"], cfg["process_noise"]
+        structure = self._structure
 
-        def record(X, f, quad, noise_state):
+        def record(X, f, quad, noise_state, predicted):
             if self.predictive == "mc":
-                thetas = self._predicted_parameter_samples(self.n_mc_samples, gen, gamma, q)
+                thetas = structure.sample(predicted, self.n_mc_samples, gen)
                 return self._summarize(self._adapter.forward_batch(thetas, X), None, noise_state, "mc")
-            return self._summarize(f, quad.diagonal(dim1=1, dim2=2), noise_state, self.predictive)
+            return self._summarize(f, quad.diagonal(dim1=-2, dim2=-1), noise_state, self.predictive)
 
         return record
 

@@ -32,6 +32,8 @@ class FilterRegressorMixin(RegressorMixin):
       predictions are deterministic): sample mean and variance of the output, plus the noise.
     """
 
+    _target_structural_params = ("likelihood", "obs_variance")
+
     def _check_target_params(self):
         if self.likelihood not in _REGRESSION_LIKELIHOODS:
             raise ValueError(f"likelihood must be one of {_REGRESSION_LIKELIHOODS}, got {self.likelihood!r}.")
@@ -166,7 +168,7 @@ class FilterRegressorMixin(RegressorMixin):
         seed = seed_from_random_state(random_state)
         gen = torch_generator(seed, self._device)
         with torch.no_grad():
-            thetas = self.posterior_.sample(n_samples, gen)
+            thetas = self._structure.sample(self.filter_state_.belief, n_samples, gen)
             f = self._adapter.forward_batch(thetas, Xt)  # (S, n, C)
             if self._is_poisson():
                 y = torch.poisson(self._likelihood.mean(f), generator=gen)

@@ -25,6 +25,7 @@ __all__ = [
     "check_class_module_outputs",
     "regression_target_matrix",
     "unchanged_on_error",
+    "check_structural_params_unchanged",
     "PrefixedParamsMixin",
     "ProbabilisticClassifierMixin",
 ]
@@ -46,6 +47,35 @@ def unchanged_on_error(est):
         vars(est).clear()
         vars(est).update(snapshot)
         raise
+
+
+def _same_value(a, b) -> bool:
+    if a is b:
+        return True
+    if isinstance(a, (np.ndarray, list, tuple)) or isinstance(b, (np.ndarray, list, tuple)):
+        try:
+            return np.array_equal(np.asarray(a, dtype=object), np.asarray(b, dtype=object))
+        except (ValueError, TypeError):
+            return False
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - objects without a usable ==
+        return False
+
+
+def check_structural_params_unchanged(est, fitted_values: dict):
+    """Raise ``ValueError`` if a parameter that fixed the fitted stream's model, structure or prior
+    (``fitted_values``, recorded by the first ``fit``/``partial_fit``) was changed with ``set_params``:
+    ``partial_fit`` cannot continue a stream with another model, and must not silently keep the old."""
+    current = {k for k in vars(est) if k.startswith("module__")}
+    changed = sorted(k for k in set(fitted_values) | current
+                     if k not in fitted_values or not hasattr(est, k) or not _same_value(getattr(est, k), fitted_values[k]))
+    if changed:
+        raise ValueError(
+            f"{type(est).__name__}: the parameter(s) {changed} changed since the stream was started, "
+            "and they fix the model, the posterior structure or the prior; partial_fit cannot continue "
+            "with them changed. Call fit to start a new stream with the new values (or set them back)."
+        )
 
 
 def check_int(value, name, low):

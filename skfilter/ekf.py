@@ -21,6 +21,8 @@ _COVARIANCES = ("full", "vd", "fd")
 class _EKFStructure:
     """The EKF posterior structures (module docstring)."""
 
+    _structure_structural_params = ("covariance", "vd_mean")
+
     def _check_structure_params(self):
         if self.covariance not in _COVARIANCES:
             raise ValueError(f"covariance must be one of {_COVARIANCES}, got {self.covariance!r}.")
@@ -28,10 +30,10 @@ class _EKFStructure:
             raise ValueError(f"vd_mean must be 'paper' or 'exact', got {self.vd_mean!r}.")
         return {}
 
-    def _make_posterior(self, mean, cfg):
+    def _make_structure(self, cfg):
         if self.covariance == "full":
-            return FullCovariance(mean, cfg["prior_variance"])
-        return DiagonalCovariance(mean, cfg["prior_variance"], projection=self.covariance, vd_mean=self.vd_mean)
+            return FullCovariance()
+        return DiagonalCovariance(projection=self.covariance, vd_mean=self.vd_mean)
 
 
 _COMMON_PARAMS = """
@@ -85,7 +87,10 @@ _COMMON_ATTRS = """
     module_ : torch.nn.Module
         The network carrying the posterior mean.
     posterior_ : skfilter.posteriors.Posterior
-        The belief ``N(μ, Σ)`` over the flat parameters.
+        The belief ``N(μ, Σ)`` over the flat parameters: a read-only view (``covariance()``,
+        ``marginal_variance()``, ``sample()``) of the belief value ``posterior_.belief``.
+    filter_state_ : skfilter.filtering.FilterState
+        The fitted state (belief, noise state, rows seen), replaced whole after every step.
     n_samples_seen_ : int
         Rows conditioned on so far (every pass counts)."""
 

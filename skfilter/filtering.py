@@ -1,122 +1,189 @@
-"""The filtering engine: one step is predict → linearise → weight → update (DESIGN.md).
+"""The filtering engine: pure filter steps over belief values (DESIGN.md, "the engine's shape").
 
-:class:`OnlineFilter` ties a model adapter (:mod:`skfilter.models`), a likelihood
-(:mod:`skfilter.likelihoods`), a posterior structure (:mod:`skfilter.posteriors`) and the dynamics
-``θ_t = γ θ_{t−1} + N(0, q I)`` (static by default). For a batch of ``B`` rows it
+A filter is made of :class:`EngineParts` — a model adapter (:mod:`skfilter.models`), a likelihood
+(:mod:`skfilter.likelihoods`), a posterior structure (:mod:`skfilter.posteriors`), the dynamics
+(:mod:`skfilter.dynamics`) with their reference (the prior), and an optional weighting function —
+and its state is a :class:`FilterState` value: the belief, the likelihood's noise state and the
+number of rows learned. :func:`filter_step` maps a state and a block of rows to the next state;
+nothing is modified in place, so a failure or an interrupt anywhere inside a step leaves the state
+the step started from, and an estimator installs a new state with one assignment.
 
-1. linearises ``h`` at the predicted mean ``μ⁻ = γ μ``: outputs ``f`` and Jacobians ``J``;
-2. optionally records the one-step-ahead predictive of those rows from the predicted belief
-   (``f`` and ``J Σ⁻ Jᵀ``), before their targets are used (prequential evaluation);
-3. whitens the observation through the likelihood, scales it by ``√w`` (a weight ``w`` scales
-   ``R`` by ``1/w``), and stacks the ``B·m`` pseudo-observation rows;
-4. asks the structure for the predicted-and-updated belief and commits it, together with the
-   likelihood's noise state, only if the step succeeded.
+One step, in this order::
 
-On the CPU, when both the likelihood and the posterior structure take NumPy arrays
-(``host_arrays``), step 3 runs on zero-copy NumPy views (:mod:`skfilter._array_ops`: a small torch
-operation costs several times a NumPy one, and a step on a small network is dozens of them).
+    1. dynamics        belief⁻ = apply_dynamics(belief)                (inflation, γ, q, OU, reset)
+    2. linearise       f = h(μ⁻, x),  J = ∂h/∂θ (μ⁻)                   (one batched call for K means)
+    3. prior predictive  residual y − E[y | f],  S = J Σ⁻ Jᵀ + R         (R with the noise state of t−1)
+    4. weight          w = weighting(residual, S)                      (robust weights; R ← R / w²)
+    5. noise update    r_t from the prior-predictive residual, each row counting with its weight
+    6. structure update  with the rows whitened by r_t, scaled by √(sample_weight) · w
 
-A failed step raises :class:`~skfilter.exceptions.FilterStepError` with the belief after the last
-good step left in place.
+Stage 3 is computed only when a weighting function or a recorder needs ``S``. Stage 5 (the online
+observation-variance estimate, spec/lofi.md C.2) sits *after* the weight: an observation the
+weighting function discounts also moves the noise estimate less (its ``ε_t`` is scaled by the weight
+``sample_weight · w²``), and the weight itself is computed with the noise variance of the previous
+step (the estimate being formed cannot judge the row that forms it).
+
+Every array may carry leading hypotheses axes (``K`` beliefs, e.g. BOCD's run lengths): the model
+adapter then returns ``f (K, n, C)`` and ``J (K, n, C, P)`` for the ``K`` means in one call and the
+structure updates all hypotheses in one batched operation.
+
+On the CPU, when both the likelihood and the structure take NumPy arrays (``host_arrays``,
+:meth:`~skfilter.posteriors.LowRankPrecision.uses_host_arrays`), stage 6's whitening runs on
+zero-copy NumPy views (:mod:`skfilter._array_ops`).
 """
 
 from __future__ import annotations
 
+from typing import Any, Callable, NamedTuple, Optional
+
 import torch
 
 from ._array_ops import NUMPY_OPS, as_numpy
+from .dynamics import Dynamics, Reference, apply_dynamics
 from .exceptions import FilterStepError
 
 
-class OnlineFilter:
-    """Runs filter steps over a stream of rows.
+class EngineParts(NamedTuple):
+    """What a filter is made of; every base estimator returns its parts from ``_engine_parts()``
+    so that wrappers (robust weighting, run-length mixtures) compose them without code for the pair.
 
-    Parameters
+    Attributes
     ----------
     adapter : skfilter.models.ModuleAdapter
     likelihood : skfilter.likelihoods.Likelihood
-    posterior : skfilter.posteriors.Posterior
-    decay, process_noise : float
-        ``γ`` and ``q`` of the dynamics.
-    noise_state : dict or None
-        The likelihood's observation-noise state (Gaussian ``r``).
+    structure : skfilter.posteriors.Structure
+    dynamics : skfilter.dynamics.Dynamics
+    reference : skfilter.dynamics.Reference
+        The prior ``N(μ₀, diag(σ₀²))``: target of mean reversion and resets.
+    weighting : callable or None
+        ``weighting(residual (..., n, C), S (..., n, C, C)) → w (..., n)``; ``R`` is scaled by
+        ``1 / w²``. ``None``: ``w = 1``.
     """
 
-    def __init__(self, adapter, likelihood, posterior, decay=1.0, process_noise=0.0, noise_state=None):
-        self.adapter = adapter
-        self.likelihood = likelihood
-        self.posterior = posterior
-        self.decay = float(decay)
-        self.process_noise = float(process_noise)
-        self.noise_state = noise_state
+    adapter: Any
+    likelihood: Any
+    structure: Any
+    dynamics: Dynamics
+    reference: Reference
+    weighting: Optional[Callable] = None
 
-    def step(self, X, Y, w=None, record=None):
-        """One filter step on rows ``X (B, D)``, targets ``Y (B, C)``, weights ``w (B,)`` or None.
 
-        ``record``, if given, is called as ``record(X, f, quad, noise_state)`` with the
-        one-step-ahead predictive of these rows — model output ``f (B, C)`` and ``J Σ⁻ Jᵀ``
-        ``(B, C, C)`` at the predicted belief, and the noise state that held before this step —
-        after the new belief is computed and before it is installed (so ``self.posterior`` still
-        holds the previous belief); its return value is returned.
-        """
-        post, gamma, q = self.posterior, self.decay, self.process_noise
-        mu_pred = post.predicted_mean(gamma, q)
-        f, J = self.adapter.forward_jacobian(mu_pred, X)
-        noise = self.likelihood.next_state(self.noise_state, f, Y, w)
-        if noise is not self.noise_state and not bool(torch.isfinite(noise["r"]).all()):
-            raise FilterStepError("The online observation-variance estimate became non-finite; "
-                                  "the last good belief is kept.")
-        if self.likelihood.host_arrays and post.host_arrays:
-            # CPU fast path (skfilter._array_ops): whiten NumPy views, which the posterior takes
-            f_, J_, Y_ = as_numpy(NUMPY_OPS, f, J, Y)
-            Hw, ew = self.likelihood.whiten(f_, J_, Y_, {k: v.numpy() for k, v in noise.items()})
-            if w is not None:
-                w = w.numpy()
-        else:
-            Hw, ew = self.likelihood.whiten(f, J, Y, noise)
+class FilterState(NamedTuple):
+    """The value an estimator holds: ``belief``, the likelihood's ``noise`` state and ``n_seen``, the
+    rows learned so far."""
+
+    belief: Any
+    noise: Any
+    n_seen: int
+
+
+class StepOutput(NamedTuple):
+    """A step's results besides the new state: the structure's :class:`~skfilter.posteriors.UpdateInfo`,
+    the robust weights (None without weighting) and the recorder's output (None without one)."""
+
+    info: Any
+    weights: Any
+    record: Any
+
+
+def _needs_covariance(weighting) -> bool:
+    return weighting is not None and getattr(weighting, "needs_covariance", True)
+
+
+def filter_step(parts: EngineParts, state: FilterState, X, Y, sample_weight=None, record=None):
+    """One filter step on rows ``X (B, D)``, targets ``Y (B, C)``, ``sample_weight (B,)`` or None.
+
+    Returns ``(new_state, StepOutput)`` (module docstring for the stages). ``record``, if given, is
+    called as ``record(X, f, quad, noise, predicted)`` with the one-step-ahead predictive of these
+    rows — model output ``f`` and ``J Σ⁻ Jᵀ`` at the predicted belief, the noise state before this
+    step, and the predicted belief itself.
+    Raises :class:`~skfilter.exceptions.FilterStepError` on a numerical failure; ``state`` is a value
+    and is never modified.
+    """
+    structure, likelihood = parts.structure, parts.likelihood
+    belief, noise = state.belief, state.noise
+    # 1. dynamics
+    predicted = apply_dynamics(structure, belief, parts.dynamics, parts.reference)
+    # 2. linearise at the predicted mean(s)
+    f, J = parts.adapter.forward_jacobian(predicted.mean, X)
+    # 3. prior predictive
+    quad = None
+    if record is not None or _needs_covariance(parts.weighting):
+        quad = structure.quadratic_form(predicted, J)
+    # 4. weight
+    robust = None
+    w = sample_weight
+    if parts.weighting is not None:
+        residual = Y - likelihood.mean(f)
+        S = None if quad is None else quad + likelihood.noise_covariance(f, noise)
+        robust = torch.as_tensor(parts.weighting(residual, S), dtype=f.dtype, device=f.device)
+        robust = robust.expand(f.shape[:-1])
+        w2 = robust * robust
+        w = w2 if w is None else w * w2
+    # 5. noise update
+    new_noise = likelihood.next_state(noise, f, Y, w)
+    if new_noise is not noise and not bool(torch.isfinite(new_noise["r"]).all()):
+        raise FilterStepError("The online observation-variance estimate became non-finite; "
+                              "the last good belief is kept.")
+    # 6. whiten, weight, update
+    if likelihood.host_arrays and getattr(structure, "uses_host_arrays", lambda b: False)(predicted):
+        f_, J_, Y_ = as_numpy(NUMPY_OPS, f, J, Y)  # CPU fast path (skfilter._array_ops)
+        Hw, ew = likelihood.whiten(f_, J_, Y_, {k: v.numpy() for k, v in new_noise.items()})
         if w is not None:
-            sw = w ** 0.5
-            Hw = Hw * sw[:, None, None]
-            ew = ew * sw[:, None]
-        P = Hw.shape[-1]
-        want = record is not None
-        pending, quad = post.propose(Hw.reshape(-1, P), ew.reshape(-1), gamma, q, J if want else None)
-        out = record(X, f, quad, self.noise_state) if want else None
-        post.commit(pending)
-        self.noise_state = noise
-        return out
+            w = w.numpy()
+    else:
+        Hw, ew = likelihood.whiten(f, J, Y, new_noise)
+    if w is not None:
+        sw = w ** 0.5
+        Hw = Hw * sw[..., None, None]
+        ew = ew * sw[..., None]
+    *batch, n, m, P = Hw.shape
+    Hw = Hw.reshape(*batch, n * m, P)
+    ew = ew.reshape(*batch, n * m)
+    active = getattr(parts.adapter, "active_blocks", None)
+    if active is not None and hasattr(structure, "names"):
+        new_belief, info = structure.update(predicted, Hw, ew, active=active(X))
+    else:
+        new_belief, info = structure.update(predicted, Hw, ew)
+    out = record(X, f, quad, noise, predicted) if record is not None else None
+    return FilterState(new_belief, new_noise, state.n_seen + n), StepOutput(info, robust, out)
 
-    def run(self, X, Y, w=None, batch_size=1, record=None, progress=None):
-        """Filter the rows of ``X`` in order, ``batch_size`` rows per step.
 
-        Returns the outputs of ``record`` (see :meth:`step`) concatenated over rows, or ``None``.
-        On a failed step, raises :class:`~skfilter.exceptions.FilterStepError` whose ``rows_done``
-        is the number of rows learned before it; the belief after those rows is kept.
-        """
-        outs = []
-        i = 0
-        # the row blocks as views, made at once (cheaper than slicing at every step)
-        Xs, Ys = X.split(batch_size), Y.split(batch_size)
-        ws = [None] * len(Xs) if w is None else w.split(batch_size)
+def run_filter(parts: EngineParts, state: FilterState, X, Y, sample_weight=None, batch_size=1,
+               record=None, progress=None, on_step=None):
+    """Filter the rows of ``X`` in order, ``batch_size`` rows per step, from ``state``.
+
+    Returns ``(state, records)``: the state after every row and the outputs of ``record`` (see
+    :func:`filter_step`) concatenated over rows, or ``None``. ``on_step(state, output)``, if given,
+    sees each step's result. On any exception (a :class:`~skfilter.exceptions.FilterStepError`, a
+    ``KeyboardInterrupt``, …) the exception gets the attribute ``last_good_state``: the state after
+    the rows learned before the failing step (``rows_done`` of them, also an attribute), which the
+    caller installs; then it propagates.
+    """
+    outs = []
+    start = state.n_seen
+    # the row blocks as views, made at once (cheaper than slicing at every step)
+    Xs, Ys = X.split(batch_size), Y.split(batch_size)
+    ws = [None] * len(Xs) if sample_weight is None else sample_weight.split(batch_size)
+    try:
+        for Xb, Yb, wb in zip(Xs, Ys, ws):
+            new_state, output = filter_step(parts, state, Xb, Yb, wb, record)
+            state = new_state  # one assignment: the step is installed whole or not at all
+            if record is not None:
+                outs.append(output.record)
+            if on_step is not None:
+                on_step(state, output)
+            if progress is not None:
+                progress(state.n_seen - start)
+    except BaseException as exc:
         try:
-            for Xb, Yb, wb in zip(Xs, Ys, ws):
-                j = i + Xb.shape[0]
-                out = self.step(Xb, Yb, wb, record)
-                if record is not None:
-                    outs.append(out)
-                i = j
-                if progress is not None:
-                    progress(j)
-        except FilterStepError as exc:
-            exc.step = i
-            exc.rows_done = i
-            raise
-        except BaseException as exc:  # e.g. KeyboardInterrupt: the rows before i were learned
-            try:
-                exc.rows_done = i
-            except AttributeError:  # pragma: no cover - exceptions without a __dict__
-                pass
-            raise
-        if record is None:
-            return None
-        return torch.cat(outs) if outs else None
+            exc.last_good_state = state
+            exc.rows_done = state.n_seen - start
+            if isinstance(exc, FilterStepError):
+                exc.step = exc.rows_done
+        except AttributeError:  # pragma: no cover - exceptions without a __dict__
+            pass
+        raise
+    if record is None:
+        return state, None
+    return state, (torch.cat(outs) if outs else None)

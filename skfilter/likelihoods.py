@@ -38,9 +38,6 @@ def _tiny(dtype):
 class Likelihood:
     """Base class. Subclasses implement :meth:`mean` and :meth:`whiten`."""
 
-    #: number of model outputs per observation; ``None`` = any
-    n_outputs = None
-
     #: whether :meth:`whiten` is plain arithmetic that also runs on NumPy views of CPU tensors
     #: (state included), which the engine then uses (:mod:`skfilter._array_ops`)
     host_arrays = False
@@ -50,7 +47,18 @@ class Likelihood:
         raise NotImplementedError
 
     def whiten(self, f, J, Y, state=None):
-        """Whitened pseudo-observation ``(Hw (n, m, P), ew (n, m))`` (see module docstring)."""
+        """Whitened pseudo-observation ``(Hw (..., n, m, P), ew (..., n, m))`` (see module docstring);
+        ``f (..., n, C)``, ``J (..., n, C, P)`` may carry hypotheses axes."""
+        raise NotImplementedError
+
+    def noise_covariance(self, f, state=None):
+        """``R`` of each row in target units, ``(..., n, C, C)``: with the prior predictive
+        ``J Σ⁻ Jᵀ`` it gives ``S = J Σ⁻ Jᵀ + R``, which weighting functions see."""
+        raise NotImplementedError
+
+    def log_det_whitening(self, f, state=None):
+        """``log|det A|`` of each row's whitening ``A`` (``AᵀA = R⁺``), ``(..., n)``; with the
+        structure's :class:`~skfilter.posteriors.UpdateInfo` it gives the log predictive density."""
         raise NotImplementedError
 
     # observation-noise state (only the Gaussian likelihood has one)
@@ -88,22 +96,23 @@ class Gaussian(Likelihood):
         else:
             r = torch.as_tensor(self.obs_variance, device=device, dtype=dtype).reshape(-1)
             r = r.expand(n_outputs).clone() if r.numel() == 1 else r.clone()
-        return {"r": r, "weight": torch.zeros((), device=device, dtype=dtype), "scale": r.rsqrt()[:, None]}
+        return {"r": r, "weight": torch.zeros((), device=device, dtype=dtype), "scale": r.rsqrt()[..., None]}
 
     def next_state(self, state, f, Y, w):
         """Online estimate C.2 (eq. 66, mean over outputs as the reference code); fixed r: unchanged."""
         if not self.adaptive:
             return state
         r, total = state["r"], state["weight"]
-        resid2 = ((Y - f) ** 2).mean(dim=1)  # (n,)
-        w = torch.ones_like(resid2) if w is None else w
-        for i in range(resid2.shape[0]):  # a batch is folded in row by row (B is small)
+        resid2 = ((Y - f) ** 2).mean(dim=-1)  # (..., n)
+        n = resid2.shape[-1]
+        w = torch.ones(n, dtype=r.dtype, device=r.device) if w is None else w
+        for i in range(n):  # a batch is folded in row by row (B is small; the floor makes it sequential)
             total = total + w[i]
             eps = torch.where(total > 0, w[i] / total.clamp_min(_tiny(r.dtype)), torch.zeros_like(total))
             if self.eps_min > 0:  # the floor applies to rows that count (w > 0) only
                 eps = torch.where(w[i] > 0, eps.clamp(min=self.eps_min), eps)
-            r = ((1 - eps) * r + eps * resid2[i]).clamp_min(self.min_variance)
-        return {"r": r, "weight": total, "scale": r.rsqrt()[:, None]}
+            r = ((1 - eps) * r + eps * resid2[..., i, None]).clamp_min(self.min_variance)
+        return {"r": r, "weight": total, "scale": r.rsqrt()[..., None]}
 
     def mean(self, f):
         return f
@@ -111,8 +120,16 @@ class Gaussian(Likelihood):
     host_arrays = True
 
     def whiten(self, f, J, Y, state):
-        s = state["scale"]  # (C, 1): r^{−1/2}, kept with r by initial_state/next_state
-        return J * s, (Y - f) * s[:, 0]
+        s = state["scale"]  # (..., C, 1): r^{−1/2}, kept with r by initial_state/next_state
+        if s.ndim > 2:  # one noise state per hypothesis: broadcast over the rows
+            s = s[..., None, :, :]
+        return J * s, (Y - f) * s[..., 0]
+
+    def noise_covariance(self, f, state):
+        return torch.diag_embed(state["r"]).unsqueeze(-3).expand(*f.shape, f.shape[-1])
+
+    def log_det_whitening(self, f, state):
+        return (-0.5 * torch.log(state["r"]).sum(-1, keepdim=True)).expand(f.shape[:-1])
 
     def aleatoric_variance(self, f, state):
         """Observation-noise variance of each output, ``(n, C)``."""
@@ -122,8 +139,6 @@ class Gaussian(Likelihood):
 class Bernoulli(Likelihood):
     """Bernoulli likelihood with a single logit: ``y ~ Bern(σ(f))``, ``R = p(1 − p)``, ``H = R J``."""
 
-    n_outputs = 1
-
     def mean(self, f):
         return torch.sigmoid(f)
 
@@ -132,6 +147,16 @@ class Bernoulli(Likelihood):
         v = (p * (1 - p)).clamp_min(_tiny(f.dtype))
         sv = v.sqrt()
         return J * sv.unsqueeze(-1), (Y - p) / sv
+
+    def _variance(self, f):
+        p = torch.sigmoid(f)
+        return (p * (1 - p)).clamp_min(_tiny(f.dtype))
+
+    def noise_covariance(self, f, state=None):
+        return self._variance(f).unsqueeze(-1)
+
+    def log_det_whitening(self, f, state=None):
+        return -0.5 * torch.log(self._variance(f))[..., 0]
 
 
 class Categorical(Likelihood):
@@ -143,9 +168,20 @@ class Categorical(Likelihood):
     def whiten(self, f, J, Y, state=None):
         p = torch.softmax(f, dim=-1)
         sp = p.clamp_min(_tiny(f.dtype)).sqrt()
-        pJ = torch.einsum("nc,ncp->np", p, J)  # pᵀJ for each row
-        Hw = sp.unsqueeze(-1) * (J - pJ.unsqueeze(1))
+        pJ = torch.einsum("...nc,...ncp->...np", p, J)  # pᵀJ for each row
+        Hw = sp.unsqueeze(-1) * (J - pJ.unsqueeze(-2))
         return Hw, (Y - p) / sp
+
+    def noise_covariance(self, f, state=None):
+        """``diag(p) − p pᵀ`` (singular: ``1ᵀ R = 0``)."""
+        p = torch.softmax(f, dim=-1)
+        return torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2)
+
+    def log_det_whitening(self, f, state=None):
+        """``−½ Σ_c log p_c``: the whitening ``ẽ = e / √p`` (``R`` itself is singular, so the density
+        is that of the whitened residual)."""
+        p = torch.softmax(f, dim=-1).clamp_min(_tiny(f.dtype))
+        return -0.5 * torch.log(p).sum(-1)
 
 
 class Poisson(Likelihood):
@@ -164,6 +200,12 @@ class Poisson(Likelihood):
 
     def aleatoric_variance(self, f, state):
         return self.mean(f)
+
+    def noise_covariance(self, f, state=None):
+        return torch.diag_embed(self.mean(f).clamp_min(_tiny(f.dtype)))
+
+    def log_det_whitening(self, f, state=None):
+        return -0.5 * torch.log(self.mean(f).clamp_min(_tiny(f.dtype))).sum(-1)
 
 
 def probit_probabilities(f: torch.Tensor, var: torch.Tensor, binary: bool) -> torch.Tensor:

@@ -13,8 +13,9 @@ from ._validation import check_int
 from ._regression import FilterRegressorMixin
 from ._utils import check_scalar
 from .ekf import _COMMON_ATTRS
+from .dynamics import INFLATIONS, Dynamics
 from .posteriors import LowRankPrecision
-from .posteriors.lofi import INFLATIONS, SVD_METHODS, VARIANTS
+from .posteriors.lofi import SVD_METHODS, VARIANTS
 
 
 class _LoFiStructure:
@@ -37,12 +38,19 @@ class _LoFiStructure:
             raise ValueError("steady_state=True applies to variant='spherical' only.")
         return {"rank": rank, "inflation_factor": alpha}
 
-    def _make_posterior(self, mean, cfg):
-        return LowRankPrecision(
-            mean, cfg["prior_variance"], rank=cfg["rank"], variant=self.variant, inflation=self.inflation,
-            inflation_factor=cfg["inflation_factor"], svd=self.svd, steady_state=self.steady_state,
-            seed=self._mc_seed,
-        )
+    _structure_structural_params = ("rank", "variant", "svd")
+
+    def _make_structure(self, cfg):
+        return LowRankPrecision(rank=cfg["rank"], variant=self.variant, svd=self.svd, seed=self._mc_seed)
+
+    def _make_dynamics(self, cfg):
+        """``decay``/``process_noise`` with LoFi's inflation (App. E); spherical ``steady_state``
+        replaces ``q`` by ``(1 − γ²) / η₀`` (eq. 95), so that ``η`` stays ``η₀``."""
+        q = cfg["process_noise"]
+        if self.steady_state:
+            q = (1.0 - cfg["decay"] ** 2) * cfg["prior_variance"]
+        return Dynamics(decay=cfg["decay"], process_noise=q, inflation=self.inflation,
+                        inflation_factor=cfg["inflation_factor"])
 
 
 _LOFI_PARAMS = """

@@ -29,11 +29,11 @@ from hypothesis import strategies as st
 
 from skfilter import LoFiClassifier, LoFiRegressor
 from skfilter.exceptions import FilterStepError
-from skfilter.filtering import OnlineFilter
+from _beliefs import OnlineFilter
 from skfilter.likelihoods import Categorical, Gaussian
 from skfilter.model_selection import prequential_predict
 from skfilter.models import make_adapter, make_mlp
-from skfilter.posteriors import DiagonalCovariance, FullCovariance, LowRankPrecision
+from _beliefs import DiagonalCovariance, FullCovariance, LowRankPrecision
 
 CPU = torch.device("cpu")
 F64 = torch.float64
@@ -57,12 +57,12 @@ def _np(t):
 
 
 def _ups_vec(post):
-    u = _np(post.ups)
+    u = _np(post.diagonal)
     return np.full(post.n_params, u[0]) if u.size == 1 else u
 
 
 def _dense_precision(post):
-    W = _np(post.W)
+    W = _np(post.low_rank).T
     return np.diag(_ups_vec(post)) + W @ W.T
 
 
@@ -129,7 +129,7 @@ def _filter(adapter, likelihood, posterior, n_outputs, gamma=1.0, q=0.0):
     return OnlineFilter(adapter, likelihood, posterior, decay=gamma, process_noise=q, noise_state=state)
 
 
-def _record(X, f, quad, noise_state):
+def _record(X, f, quad, noise_state, predicted=None):
     return torch.cat([f, quad.diagonal(dim1=1, dim2=2)], dim=1)
 
 
@@ -625,7 +625,7 @@ def test_svd_orth_classifier_keeps_orthonormal_basis():
     clf = LoFiClassifier(hidden_layer_sizes=(8,), rank=5, variant="spherical", svd="orth", random_state=0)
     for i in range(0, 20, 2):
         clf.partial_fit(X[i:i + 2], y[i:i + 2], classes=[0, 1, 2])
-        W = _np(clf.posterior_.W)
+        W = _np(clf.posterior_.low_rank).T
         lam = np.linalg.norm(W, axis=0)
         U = W[:, lam > 0] / lam[lam > 0]
         assert np.abs(U.T @ U - np.eye(U.shape[1])).max() < 1e-8

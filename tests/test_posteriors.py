@@ -20,10 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from skfilter.exceptions import FilterStepError
-from skfilter.filtering import OnlineFilter
+from _beliefs import OnlineFilter
 from skfilter.likelihoods import Bernoulli, Categorical, Gaussian, Poisson, probit_probabilities
 from skfilter.models import make_adapter, make_mlp
-from skfilter.posteriors import DiagonalCovariance, FullCovariance
+from _beliefs import DiagonalCovariance, FullCovariance
 
 CPU = torch.device("cpu")
 F64 = torch.float64
@@ -66,7 +66,7 @@ def _filter(adapter, likelihood, posterior, n_outputs, gamma=1.0, q=0.0):
     return OnlineFilter(adapter, likelihood, posterior, decay=gamma, process_noise=q, noise_state=state)
 
 
-def _record(X, f, quad, noise_state):
+def _record(X, f, quad, noise_state, predicted=None):
     """``record`` callback of OnlineFilter: one-step-ahead output and epistemic variance per row."""
     return torch.cat([f, quad.diagonal(dim1=1, dim2=2)], dim=1)
 
@@ -832,7 +832,7 @@ def test_adaptive_noise_matches_hand_recursion(batch_size, weighted, eps_min):
     filt = _filter(_linear_adapter(D, C), lik, post, C, gamma, q)
     seen = []
 
-    def record(X_, f, quad, noise_state):
+    def record(X_, f, quad, noise_state, predicted=None):
         seen.append(noise_state["r"].clone())
         return f
 
@@ -878,7 +878,7 @@ def test_adaptive_noise_is_running_mean_of_squared_errors():
     filt = _filter(_linear_adapter(D, C), lik, post, C)
     rows = iter(range(n))
 
-    def mse(X_, f, quad, noise_state):
+    def mse(X_, f, quad, noise_state, predicted=None):
         i = next(rows)
         return ((_t(Y[i]) - f[0]) ** 2).mean().reshape(1, 1)
 

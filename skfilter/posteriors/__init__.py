@@ -1,17 +1,28 @@
 """Posterior structures (the *posterior structure* axis, A.1 of DESIGN.md).
 
-Each structure holds a Gaussian belief ``N(μ, Σ)`` over the flat parameters in its own
-parametrisation and implements one filter step for whitened pseudo-observations
-(:mod:`skfilter.likelihoods`): predict with the dynamics ``θ_t = γ θ_{t−1} + N(0, q I)``, then
-condition on ``Hw θ ≈ ew`` with unit noise. Steps are transactional: :meth:`Posterior.propose`
-computes the new belief without touching the current one (raising
-:class:`~skfilter.exceptions.FilterStepError` on a numerical failure) and :meth:`Posterior.commit`
-installs it.
+A structure (:class:`Structure`) is a stateless object with pure functions over its *beliefs*,
+immutable records of arrays (see :mod:`skfilter.posteriors._base`): ``prior``, ``transition`` (the
+linear-Gaussian dynamics), ``inflate``, ``update`` (condition on whitened pseudo-observations
+``Hw θ ≈ ew`` with unit noise, :mod:`skfilter.likelihoods`), ``quadratic_form`` (``J Σ Jᵀ``),
+``sample``, ``moment_match``. Beliefs may carry leading hypotheses axes; every function handles them
+in one batched operation.
+
+=========================  =====================  ============================================
+structure                  belief                 spec
+=========================  =====================  ============================================
+:class:`FullCovariance`    :class:`FullBelief`    spec/diagonal-ekf.md §3.1 (FCEKF)
+:class:`DiagonalCovariance` :class:`DiagonalBelief` spec/diagonal-ekf.md §3.2–3.3 (FD/VD-EKF)
+:class:`LowRankPrecision`  :class:`LowRankBelief` spec/lofi.md §2 (LoFi)
+:class:`BlockDiagonal`     :class:`BlockBelief`   one structure per parameter block (DEKF-style)
+=========================  =====================  ============================================
 """
 
-from ._base import Posterior
-from .diagonal import DiagonalCovariance
-from .full import FullCovariance
-from .lofi import LowRankPrecision
+from ._base import Posterior, Structure, UpdateInfo, map_belief, select_hypothesis, stack_beliefs
+from .blocks import BlockBelief, BlockDiagonal
+from .diagonal import DiagonalBelief, DiagonalCovariance
+from .full import FullBelief, FullCovariance
+from .lofi import LowRankBelief, LowRankPrecision
 
-__all__ = ["Posterior", "FullCovariance", "DiagonalCovariance", "LowRankPrecision"]
+__all__ = ["Posterior", "Structure", "UpdateInfo", "map_belief", "select_hypothesis", "stack_beliefs",
+           "FullCovariance", "FullBelief", "DiagonalCovariance", "DiagonalBelief",
+           "LowRankPrecision", "LowRankBelief", "BlockDiagonal", "BlockBelief"]

@@ -1,109 +1,311 @@
-"""The interface every posterior structure implements."""
+"""The interface of a posterior structure: beliefs are values, steps are pure functions.
+
+A *structure* (:class:`Structure`) is a stateless description — full covariance, diagonal, LoFi,
+a block composite — with pure functions over *beliefs*: immutable records of arrays
+(:class:`typing.NamedTuple` subclasses) holding the mean and the structure's covariance or precision
+factors. Every function accepts a belief whose arrays carry optional leading **hypotheses** axes
+(``mean`` of shape ``(P,)`` for one filter, ``(K, P)`` for ``K`` hypotheses as BOCD keeps them) and
+handles all hypotheses in one batched operation; the arrays of the results carry the same axes.
+
+A filter step is the dynamics (:func:`skfilter.dynamics.apply_dynamics`, through the structure's
+``transition`` and ``inflate``) then ``update`` with whitened
+pseudo-observations ``Hw θ ≈ ew`` of unit noise (:mod:`skfilter.likelihoods`). Neither touches its
+input: an estimator installs the returned belief only after the whole step has succeeded, so no
+exception — a numerical failure or a ``KeyboardInterrupt`` — can leave a mixed state.
+"""
 
 from __future__ import annotations
 
+import abc
 import math
+from typing import Any, NamedTuple
 
 import torch
 
 from ..exceptions import FilterStepError
 
 
-class Posterior:
-    """Gaussian belief over flat parameters ``θ ∈ R^P``; see :mod:`skfilter.posteriors`.
+def _map(fn, v):
+    if isinstance(v, torch.Tensor):
+        return fn(v)
+    if isinstance(v, tuple):  # a nested belief (NamedTuple) or a tuple of beliefs (block composites)
+        mapped = [_map(fn, x) for x in v]
+        return type(v)(*mapped) if hasattr(v, "_fields") else tuple(mapped)
+    return v
 
-    Subclasses set ``self.mean`` (``(P,)``) and implement the abstract methods below.
+
+def map_belief(fn, belief):
+    """Apply ``fn`` to every tensor of ``belief``, nested beliefs included (other fields — counters,
+    ``None`` — are shared by all hypotheses and pass through); a new belief."""
+    return _map(fn, belief)
+
+
+def _stack(vals):
+    first = vals[0]
+    if isinstance(first, torch.Tensor):
+        return torch.stack(list(vals))
+    if isinstance(first, tuple):
+        parts = [_stack(list(x)) for x in zip(*vals)]
+        return type(first)(*parts) if hasattr(first, "_fields") else tuple(parts)
+    return first
+
+
+def stack_beliefs(beliefs):
+    """Stack beliefs of one structure along a new leading hypotheses axis."""
+    return _stack(list(beliefs))
+
+
+def select_hypothesis(belief, k):
+    """The belief of hypothesis ``k`` (drops the leading hypotheses axis)."""
+    return map_belief(lambda v: v[k], belief)
+
+
+class UpdateInfo:
+    """What an update learned about its observation, in whitened units (computed on access).
+
+    With the whitened innovation covariance ``S_w = I + Hw Σ⁻ Hwᵀ = C Cᵀ`` (``C`` lower Cholesky,
+    ``(..., m, m)``) and the whitened residual ``ew`` (``(..., m)``):
+
+    * :attr:`mahalanobis2` — ``ewᵀ S_w⁻¹ ew = ‖C⁻¹ ew‖²``, the squared Mahalanobis distance of the
+      observation under the prior predictive;
+    * :attr:`log_det` — ``log det S_w = 2 Σ log diag C``.
+
+    The likelihood turns them into the log predictive density of the observation (BOCD's evidence):
+    with the whitening ``Hw = A J``, ``ew = A (y − ŷ)``, ``AᵀA = R⁻¹``,
+    ``log N(y; ŷ, J Σ⁻ Jᵀ + R) = −½ (mahalanobis2 + log_det + m log 2π) + log|det A|``.
+
+    ``factor`` is a callable returning ``(C, ew)`` (so that structures whose update never forms
+    ``C`` pay for it only when it is asked for).
     """
 
-    mean: torch.Tensor
+    __slots__ = ("_factor", "_cache")
 
-    #: whether :meth:`propose` also takes ``Hw``, ``ew`` as NumPy arrays (CPU beliefs; see
-    #: :mod:`skfilter._array_ops`), which lets the engine whiten on the host
-    host_arrays = False
+    def __init__(self, factor):
+        self._factor = factor
+        self._cache = None
+
+    def _chol(self):
+        if self._cache is None:
+            C, ew = self._factor()
+            self._cache = (torch.as_tensor(C), torch.as_tensor(ew))
+        return self._cache
 
     @property
-    def n_params(self) -> int:
-        return int(self.mean.shape[0])
+    def innovation_cholesky(self) -> torch.Tensor:
+        """Lower Cholesky factor ``C`` of ``S_w``, ``(..., m, m)``."""
+        return self._chol()[0]
 
-    def propose(self, Hw, ew, gamma=1.0, q=0.0, J=None):
-        """Predict with ``(γ, q)`` then update with whitened rows ``Hw (m, P)``, ``ew (m,)``.
+    @property
+    def mahalanobis2(self) -> torch.Tensor:
+        """``ewᵀ S_w⁻¹ ew``, shape ``(...)``."""
+        C, ew = self._chol()
+        z = torch.linalg.solve_triangular(C, ew.unsqueeze(-1), upper=False)
+        return (z * z).sum((-2, -1))
 
-        Returns ``(pending, quad)``: ``pending`` is passed to :meth:`commit`; ``quad`` is
-        ``J Σ_{t|t−1} Jᵀ`` of shape ``(n, C, C)`` for the optional ``J (n, C, P)`` (the
-        one-step-ahead predictive of the rows being learned), else ``None``.
+    @property
+    def log_det(self) -> torch.Tensor:
+        """``log det S_w``, shape ``(...)``."""
+        C, _ = self._chol()
+        return 2.0 * torch.log(C.diagonal(dim1=-2, dim2=-1)).sum(-1)
+
+    def log_predictive_density(self, log_det_whitening) -> torch.Tensor:
+        """``log N(y; ŷ, S)`` given ``log|det A|`` of the whitening (see the class docstring)."""
+        m = self._chol()[1].shape[-1]
+        return -0.5 * (self.mahalanobis2 + self.log_det + m * math.log(2 * math.pi)) + log_det_whitening
+
+
+class Structure(abc.ABC):
+    """A posterior structure: pure functions over its beliefs (module docstring).
+
+    Every belief has a field ``mean`` (``(..., P)``). Subclasses implement the abstract methods;
+    each states the maths it implements with the spec section.
+    """
+
+    #: the :class:`typing.NamedTuple` class of this structure's beliefs
+    belief_type: type = NamedTuple
+
+    @abc.abstractmethod
+    def prior(self, mean: torch.Tensor, prior_variance) -> Any:
+        """The prior belief ``N(mean, diag(prior_variance))`` (``prior_variance`` a float or a
+        ``(P,)`` tensor); ``mean`` may carry hypotheses axes."""
+
+    @abc.abstractmethod
+    def update(self, belief, Hw, ew):
+        """Condition on ``Hw θ ≈ ew`` with unit noise: ``Hw (..., m, P)``, ``ew (..., m)``.
+
+        Returns ``(belief, info)`` with ``info`` an :class:`UpdateInfo`. Raises
+        :class:`~skfilter.exceptions.FilterStepError` (and returns nothing) when the result is not
+        finite or a matrix that must be positive definite is not.
         """
-        raise NotImplementedError
 
-    def predicted_mean(self, gamma=1.0, q=0.0) -> torch.Tensor:
-        """``μ_{t|t−1}``, the mean after the dynamics, where the next step linearises ``h``."""
-        return self.mean * gamma if gamma != 1.0 else self.mean
+    @abc.abstractmethod
+    def quadratic_form(self, belief, J) -> torch.Tensor:
+        """``J Σ Jᵀ`` for ``J (..., n, C, P)``: ``(..., n, C, C)``."""
 
-    def commit(self, pending) -> None:
-        """Install a belief returned by :meth:`propose`."""
-        raise NotImplementedError
+    def quadratic_diagonal(self, belief, J) -> torch.Tensor:
+        """Diagonal of :meth:`quadratic_form`, ``(..., n, C)``."""
+        return self.quadratic_form(belief, J).diagonal(dim1=-2, dim2=-1)
 
-    def predictive_cov(self, J, gamma=1.0, q=0.0):
-        """``J Σ' Jᵀ`` (``(n, C, C)``) for ``Σ'`` the covariance after the dynamics ``(γ, q)``."""
-        raise NotImplementedError
+    @abc.abstractmethod
+    def marginal_variance(self, belief) -> torch.Tensor:
+        """``diag(Σ)``, ``(..., P)``."""
 
-    def predictive_var(self, J, gamma=1.0, q=0.0):
-        """Diagonal of :meth:`predictive_cov`, ``(n, C)``."""
-        return self.predictive_cov(J, gamma, q).diagonal(dim1=1, dim2=2)
+    @abc.abstractmethod
+    def covariance(self, belief) -> torch.Tensor:
+        """Dense ``Σ`` (``(..., P, P)``); for tests and small models."""
 
-    def marginal_variance(self) -> torch.Tensor:
-        """``diag(Σ)``, shape ``(P,)``."""
-        raise NotImplementedError
+    @abc.abstractmethod
+    def sample(self, belief, n_samples: int, generator: torch.Generator) -> torch.Tensor:
+        """``n_samples`` draws ``θ ~ N(μ, Σ)`` of a belief without hypotheses axes: ``(n_samples, P)``."""
 
-    def covariance(self) -> torch.Tensor:
-        """Dense ``Σ`` (``(P, P)``); for tests and small models."""
-        raise NotImplementedError
+    def moment_match(self, belief, log_weights) -> Any:
+        """The Gaussian of this structure closest (KL) to the mixture ``Σ_k w_k N(μ_k, Σ_k)`` over the
+        leading hypotheses axis, ``w = softmax(log_weights)``; the result has no hypotheses axis."""
+        raise NotImplementedError(f"{type(self).__name__} has no moment-matched reset.")
 
-    def sample(self, n_samples: int, generator: torch.Generator) -> torch.Tensor:
-        """``n_samples`` draws ``θ ~ N(μ, Σ)``, shape ``(n_samples, P)``."""
-        raise NotImplementedError
+    @abc.abstractmethod
+    def transition(self, belief, g, Q, shift):
+        """The linear-Gaussian transition ``μ ← g μ + shift``, ``Σ ← g² Σ + diag(Q)`` (``Q`` a float or
+        ``(P,)``; ``shift`` None or ``(P,)``) — spec/lofi.md §2.1, spec/bone.md eq. 3.13."""
 
-    def state_dict(self) -> dict:
-        """The tensors that define the belief (references, not copies)."""
-        raise NotImplementedError
+    def inflate(self, belief, kind, factor):
+        """Covariance inflation of the previous posterior (spec/lofi.md App. E). The base class knows
+        ``'simple'`` only, ``Σ ← (1 + α) Σ``, through :meth:`transition`."""
+        if kind != "simple":
+            raise ValueError(f"{type(self).__name__} supports inflation='simple' only, got {kind!r}.")
+        return self.transition(belief, (1.0 + factor) ** 0.5, 0.0, None)
 
-    def to(self, device=None, dtype=None):
-        """Move every state tensor; returns ``self``."""
-        for k, v in vars(self).items():
-            if isinstance(v, torch.Tensor):
-                setattr(self, k, v.to(device=device, dtype=dtype))
-        return self
+    # helpers shared by the structures -------------------------------------------------------
+    @staticmethod
+    def n_params(belief) -> int:
+        return int(belief.mean.shape[-1])
+
+    @staticmethod
+    def broadcast_like(belief, like):
+        """``belief`` (no hypotheses axes) repeated over the hypotheses axes of ``like``."""
+        batch = like.mean.shape[:-1]
+        if not batch:
+            return belief
+        return map_belief(lambda v: v.expand(*batch, *v.shape).contiguous(), belief)
+
+
+def check_step(values, positive=None, info=None, what="innovation covariance"):
+    """Raise :class:`FilterStepError` unless every array in ``values`` is finite, every entry of
+    ``positive`` (if given) is finite and > 0, and ``info`` (of :func:`torch.linalg.cholesky_ex`,
+    if given) is 0 everywhere.
+
+    One host synchronisation: a sum is non-finite if any term is (``inf − inf`` is NaN; a finite sum
+    overflowing to ``inf`` means values near the float range, a failure as well), and ``amin``
+    propagates NaN.
+    """
+    parts = [t.sum() for t in values]
+    n_sums = len(parts)
+    dtype = values[0].dtype
+    if positive is not None:
+        parts.append(positive.sum())
+        parts.append(positive.amin())
+    if info is not None:
+        parts.append(info.max().to(dtype) if info.dim() else info.to(dtype))
+    vals = torch.stack(parts).tolist()
+    if info is not None and vals[-1] != 0:
+        raise FilterStepError(f"The {what} is not positive definite (the belief is degenerate).")
+    finite = all(math.isfinite(v) for v in vals[:n_sums + (1 if positive is not None else 0)])
+    if not finite or (positive is not None and not vals[n_sums + 1] > 0):
+        raise FilterStepError(
+            "The filter step produced non-finite values or non-positive variances; "
+            "the last good belief is kept. Try a smaller prior_variance or a larger obs_variance."
+        )
 
 
 def cholesky_or_raise(S: torch.Tensor, what: str = "innovation covariance") -> torch.Tensor:
-    """Lower Cholesky factor of SPD ``S``; :class:`FilterStepError` if it is not positive definite."""
+    """Lower Cholesky factor of SPD ``S`` (batched); :class:`FilterStepError` if it is not positive
+    definite."""
     L, info = torch.linalg.cholesky_ex(S)
     if int(info.max()) if info.dim() else int(info):
         raise FilterStepError(f"The {what} is not positive definite (the belief is degenerate).")
     return L
 
 
-def check_finite_positive(mean: torch.Tensor, variances: torch.Tensor, *others: torch.Tensor,
-                          info: torch.Tensor | None = None, what: str = "innovation covariance",
-                          positive: bool = True) -> None:
-    """Raise :class:`FilterStepError` unless ``mean`` (and ``others``) are finite, ``variances``
-    finite and (if ``positive``) > 0, and (if given) the ``info`` of :func:`torch.linalg.cholesky_ex` of the ``what``
-    matrix is 0.
+def as_variance_vector(prior_variance, like: torch.Tensor) -> torch.Tensor:
+    """``prior_variance`` (a float or a ``(P,)`` array) as a ``(P,)`` tensor like ``like``'s last axis."""
+    v = torch.as_tensor(prior_variance, dtype=like.dtype, device=like.device)
+    return v.expand(like.shape[-1]).clone() if v.dim() == 0 else v.clone()
 
-    One host synchronisation: a sum is non-finite if any term is (``inf − inf`` is NaN; a finite
-    sum overflowing to ``inf`` means values near the float range, a failure as well), and ``amin``
-    propagates NaN.
+
+class Posterior:
+    """A read-only view of a belief with its structure's functions as methods (``est.posterior_``).
+
+    Fields of the belief are attributes (``mean``, ``cov``, ``var``, ``diagonal``, ``low_rank``, …).
+
+    Parameters
+    ----------
+    structure : Structure
+    belief : NamedTuple
+        A belief of ``structure`` (no hypotheses axes for :meth:`sample`).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from skfilter.posteriors import FullCovariance, Posterior
+    >>> structure = FullCovariance()
+    >>> view = Posterior(structure, structure.prior(torch.zeros(2, dtype=torch.float64), 2.0))
+    >>> view.marginal_variance().tolist(), view.n_params
+    ([2.0, 2.0], 2)
     """
-    parts = [t.sum() for t in (mean, variances, *others)]
-    n_sums = len(parts)
-    if positive:
-        parts.append(variances.amin())
-    if info is not None:
-        parts.append(info.max().to(mean.dtype) if info.dim() else info.to(mean.dtype))
-    vals = torch.stack(parts).tolist()
-    if info is not None and vals[-1] != 0:
-        raise FilterStepError(f"The {what} is not positive definite (the belief is degenerate).")
-    if not (all(math.isfinite(v) for v in vals[:n_sums]) and (not positive or vals[n_sums] > 0)):
-        raise FilterStepError(
-            "The filter step produced non-finite values or non-positive variances; "
-            "the last good belief is kept. Try a smaller prior_variance or a larger obs_variance."
-        )
+
+    __slots__ = ("structure", "belief")
+
+    def __init__(self, structure, belief):
+        object.__setattr__(self, "structure", structure)
+        object.__setattr__(self, "belief", belief)
+
+    def __getattr__(self, name):
+        if name in ("structure", "belief"):  # during unpickling, before the slots are set
+            raise AttributeError(name)
+        return getattr(self.belief, name)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("A posterior view is read-only; beliefs are values (see skfilter.posteriors).")
+
+    def __getstate__(self):
+        return (self.structure, self.belief)
+
+    def __setstate__(self, state):
+        object.__setattr__(self, "structure", state[0])
+        object.__setattr__(self, "belief", state[1])
+
+    def __repr__(self):
+        return f"Posterior({type(self.structure).__name__}, P={self.n_params})"
+
+    @property
+    def n_params(self) -> int:
+        return int(self.belief.mean.shape[-1])
+
+    @property
+    def host_arrays(self) -> bool:
+        """Whether the structure's update runs on NumPy views for this belief."""
+        return bool(getattr(self.structure, "uses_host_arrays", lambda b: False)(self.belief))
+
+    def covariance(self):
+        """Dense ``Σ``."""
+        return self.structure.covariance(self.belief)
+
+    def marginal_variance(self):
+        """``diag(Σ)``."""
+        return self.structure.marginal_variance(self.belief)
+
+    def predictive_cov(self, J):
+        """``J Σ Jᵀ`` for ``J (n, C, P)``."""
+        return self.structure.quadratic_form(self.belief, J)
+
+    def predictive_var(self, J):
+        """Diagonal of :meth:`predictive_cov`."""
+        return self.structure.quadratic_diagonal(self.belief, J)
+
+    def sample(self, n_samples, generator):
+        """``n_samples`` draws ``θ ~ N(μ, Σ)``."""
+        return self.structure.sample(self.belief, n_samples, generator)
+
+    def state_dict(self) -> dict:
+        """The belief's tensors by field name (references: beliefs are never modified in place)."""
+        return {k: v for k, v in self.belief._asdict().items() if isinstance(v, torch.Tensor)}

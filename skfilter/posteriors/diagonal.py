@@ -2,96 +2,131 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
-from ._base import Posterior, check_finite_positive, cholesky_or_raise
+from ._base import Structure, UpdateInfo, as_variance_vector, check_step
 
 
-class DiagonalCovariance(Posterior):
+class DiagonalBelief(NamedTuple):
+    """``N(mean, diag(var))``: ``mean (..., P)``, ``var (..., P)``."""
+
+    mean: torch.Tensor
+    var: torch.Tensor
+
+
+def _innovation(Hw, v, ew):
+    """Whitened innovation factor: ``(C, Z, s)`` with ``S = I + Hw diag(v) Hwᵀ = C Cᵀ`` and
+    ``Z = C⁻¹ Hw diag(v)``; ``m = 1`` without factorisation (``info`` None)."""
+    HV = Hw * v[..., None, :]
+    if Hw.shape[-2] == 1:  # scalar innovation (NaN if S < 0, caught by the step's check)
+        s = ((HV[..., 0, :] * Hw[..., 0, :]).sum(-1) + 1.0).sqrt()
+        C = s[..., None, None]
+        return C, HV / C, None
+    S = HV @ Hw.mT
+    S.diagonal(dim1=-2, dim2=-1).add_(1.0)
+    C, info = torch.linalg.cholesky_ex(S)
+    return C, torch.linalg.solve_triangular(C, HV, upper=False), info
+
+
+class DiagonalCovariance(Structure):
     """Diagonal Gaussian ``N(μ, diag(v))`` with either KL projection of the one-step EKF posterior.
 
-    Predict: ``μ⁻ = γ μ``, ``v⁻ = γ² v + q`` (eq. 2 with diagonal ``Q``). Update with whitened
+    Transition: ``μ ← g μ + b``, ``v ← g² v + Q`` (eq. 2 with diagonal ``Q``). Update with whitened
     rows ``Hw (m×P)`` and unit noise (so ``Hᵀ R⁻¹ H = HwᵀHw`` and ``Hᵀ R⁻¹ e = Hwᵀ ew``):
 
-    * ``'fd'`` — FD-EKF, inclusive KL(p‖q), §3.2 (eqs. 10–12): ``S = I + Hw diag(v⁻) Hwᵀ = LLᵀ``,
-      ``Z = L⁻¹ Hw diag(v⁻)``; ``μ = μ⁻ + Zᵀ L⁻¹ ew`` (the exact EKF mean from the diagonal prior)
-      and ``v = v⁻ − colsum(Z ⊙ Z)`` (= the full EKF's marginal variances after one step).
-    * ``'vd'`` — VD-EKF, exclusive KL(q‖p), §3.3 (eqs. 13, 25): ``1/v = 1/v⁻ + colsum(Hw ⊙ Hw)``
-      (diagonal of the EKF posterior precision). The mean is, by default (``vd_mean='paper'``),
-      eq. 25 as the authors' code: ``μ = μ⁻ + v ⊙ Hwᵀ ew`` using the *posterior* ``v``; with
-      ``vd_mean='exact'`` it is the KL-optimal EKF mean ``μ⁻ + v⁻ ⊙ Hwᵀ S⁻¹ ew`` (= LoFi with rank 0,
+    * ``'fd'`` — FD-EKF, inclusive KL(p‖q), §3.2 (eqs. 10–12): ``S = I + Hw diag(v) Hwᵀ = CCᵀ``,
+      ``Z = C⁻¹ Hw diag(v)``; ``μ' = μ + Zᵀ C⁻¹ ew`` (the exact EKF mean from the diagonal prior)
+      and ``v' = v − colsum(Z ⊙ Z)`` (= the full EKF's marginal variances after one step).
+    * ``'vd'`` — VD-EKF, exclusive KL(q‖p), §3.3 (eqs. 13, 25): ``1/v' = 1/v + colsum(Hw ⊙ Hw)``
+      (diagonal of the EKF posterior precision). The mean is, with ``vd_mean='paper'``, eq. 25 as
+      the authors' code: ``μ' = μ + v' ⊙ Hwᵀ ew`` using the *posterior* ``v'``; with
+      ``vd_mean='exact'`` it is the KL-optimal EKF mean ``μ + v ⊙ Hwᵀ S⁻¹ ew`` (= LoFi with rank 0,
       spec/lofi.md eq. 49; see spec/diagonal-ekf.md §6 A1).
 
     Costs ``O(P m² + m³)`` per step.
+
+    Parameters
+    ----------
+    projection : {'vd', 'fd'}, default='vd'
+    vd_mean : {'paper', 'exact'}, default='paper'
+
+    Examples
+    --------
+    >>> import torch
+    >>> from skfilter.posteriors import DiagonalCovariance
+    >>> structure = DiagonalCovariance("fd")
+    >>> prior = structure.prior(torch.zeros(2, dtype=torch.float64), 1.0)
+    >>> post, _ = structure.update(prior, torch.tensor([[1.0, 1.0]], dtype=torch.float64),
+    ...                            torch.tensor([3.0], dtype=torch.float64))
+    >>> post.mean.tolist(), post.var.tolist()
+    ([1.0, 1.0], [0.6666666666666667, 0.6666666666666667])
     """
 
-    def __init__(self, mean: torch.Tensor, prior_variance: float, projection: str = "vd",
-                 vd_mean: str = "paper"):
+    belief_type = DiagonalBelief
+
+    def __init__(self, projection: str = "vd", vd_mean: str = "paper"):
         if projection not in ("vd", "fd"):
             raise ValueError(f"projection must be 'vd' or 'fd', got {projection!r}.")
         if vd_mean not in ("paper", "exact"):
             raise ValueError(f"vd_mean must be 'paper' or 'exact', got {vd_mean!r}.")
         self.projection, self.vd_mean = projection, vd_mean
-        self.mean = mean.clone()
-        self.var = torch.full_like(mean, float(prior_variance))
 
-    def _predicted_var(self, gamma, q):
-        v = self.var
-        if gamma != 1.0:
-            v = v * (gamma * gamma)
-        if q:
-            v = v + q
-        return v
+    def prior(self, mean, prior_variance):
+        return DiagonalBelief(mean.clone(), as_variance_vector(prior_variance, mean).expand_as(mean).clone())
 
-    def propose(self, Hw, ew, gamma=1.0, q=0.0, J=None):
-        v = self._predicted_var(gamma, q)
-        mu = self.mean * gamma if gamma != 1.0 else self.mean
-        L = None
+    def transition(self, belief, g, Q, shift):
+        mean, var = belief
+        if g != 1.0:
+            mean, var = mean * g, var * (g * g)
+        if shift is not None:
+            mean = mean + shift
+        if isinstance(Q, torch.Tensor) or Q != 0.0:
+            var = var + Q
+        return DiagonalBelief(mean, var)
+
+    def update(self, belief, Hw, ew):
+        mu, v = belief
+        C = info = None
         if self.projection == "fd" or self.vd_mean == "exact":
-            HV = Hw * v
-            if Hw.shape[0] == 1:  # scalar innovation: no factorisation (NaN if S < 0, caught below)
-                s = torch.dot(HV[0], Hw[0]).add_(1.0).sqrt_()
-                L = s
-                Z = HV / s
-                mu = mu + Z[0] * (ew[0] / s)
+            C, Z, info = _innovation(Hw, v, ew)
+            if Hw.shape[-2] == 1:
+                mu = mu + Z[..., 0, :] * (ew[..., 0] / C[..., 0, 0])[..., None]
             else:
-                S = HV @ Hw.T
-                S.diagonal().add_(1.0)
-                L = cholesky_or_raise(S)
-                Z = torch.linalg.solve_triangular(L, HV, upper=False)
-                z = torch.linalg.solve_triangular(L, ew.unsqueeze(1), upper=False)
-                mu = torch.addmm(mu.unsqueeze(1), Z.T, z).squeeze(1)
+                z = torch.linalg.solve_triangular(C, ew.unsqueeze(-1), upper=False)
+                mu = mu + (Z.mT @ z)[..., 0]
         if self.projection == "fd":
-            new_var = v - (Z * Z).sum(0)
+            new_var = v - (Z * Z).sum(-2)
         else:
-            new_var = 1.0 / (1.0 / v + (Hw * Hw).sum(0))
+            new_var = 1.0 / (1.0 / v + (Hw * Hw).sum(-2))
             if self.vd_mean == "paper":
-                mu = mu + new_var * (Hw.T @ ew)
-        check_finite_positive(mu, new_var, *(() if L is None else (L,)))  # overflow makes S infinite
-        quad = None
-        if J is not None:
-            quad = torch.bmm(J * v, J.transpose(1, 2))
-        return (mu, new_var), quad
+                mu = mu + new_var * (Hw.mT @ ew.unsqueeze(-1))[..., 0]
+        check_step([mu] + ([] if C is None else [C]), positive=new_var, info=info)
+        factor = (lambda: (C, ew)) if C is not None else (lambda: (_innovation(Hw, v, ew)[0], ew))
+        return DiagonalBelief(mu, new_var), UpdateInfo(factor)
 
-    def commit(self, pending):
-        self.mean, self.var = pending
+    def quadratic_form(self, belief, J):
+        return (J * belief.var[..., None, None, :]) @ J.mT
 
-    def predictive_cov(self, J, gamma=1.0, q=0.0):
-        return torch.bmm(J * self._predicted_var(gamma, q), J.transpose(1, 2))
+    def quadratic_diagonal(self, belief, J):
+        return (J * J * belief.var[..., None, None, :]).sum(-1)
 
-    def predictive_var(self, J, gamma=1.0, q=0.0):
-        return (J * J * self._predicted_var(gamma, q)).sum(-1)
+    def marginal_variance(self, belief):
+        return belief.var.clone()
 
-    def marginal_variance(self):
-        return self.var.clone()
+    def covariance(self, belief):
+        return torch.diag_embed(belief.var)
 
-    def covariance(self):
-        return torch.diag(self.var)
+    def sample(self, belief, n_samples, generator):
+        eps = torch.randn(n_samples, belief.mean.shape[-1], generator=generator,
+                          device=belief.mean.device, dtype=belief.mean.dtype)
+        return belief.mean + eps * belief.var.sqrt()
 
-    def sample(self, n_samples, generator):
-        eps = torch.randn(n_samples, self.n_params, generator=generator,
-                          device=self.mean.device, dtype=self.mean.dtype)
-        return self.mean + eps * self.var.sqrt()
-
-    def state_dict(self):
-        return {"mean": self.mean, "var": self.var}
+    def moment_match(self, belief, log_weights):
+        """``μ̄ = Σ_k w_k μ_k``, ``v̄ = Σ_k w_k (v_k + (μ_k − μ̄)²)``: the diagonal of the mixture's
+        covariance (the KL projection onto diagonal Gaussians; spec/bone.md RL-MMPR)."""
+        w = torch.softmax(log_weights, dim=0)
+        mean = w @ belief.mean
+        d = belief.mean - mean
+        return DiagonalBelief(mean, w @ (belief.var + d * d))

@@ -2,112 +2,129 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
-from ._base import Posterior, check_finite_positive, cholesky_or_raise
+from ._base import Structure, UpdateInfo, as_variance_vector, check_step
 
 
-class FullCovariance(Posterior):
+class FullBelief(NamedTuple):
+    """``N(mean, cov)``: ``mean (..., P)``, ``cov (..., P, P)``."""
+
+    mean: torch.Tensor
+    cov: torch.Tensor
+
+
+def _add_diagonal(M, Q):
+    """``M + diag(Q)`` (a new tensor) for a float or ``(..., P)`` ``Q``."""
+    out = M.clone()
+    out.diagonal(dim1=-2, dim2=-1).add_(Q)
+    return out
+
+
+class FullCovariance(Structure):
     """Dense covariance ``Σ`` (``P × P``), updated in ``O(P² m)`` per step.
 
-    One step, with whitened rows ``Hw (m×P)`` and unit noise (eqs. 4–7 of the diagonal-EKF paper)::
+    Update with whitened rows ``Hw (m×P)`` and unit noise (eqs. 4–7 of the diagonal-EKF paper)::
 
-        Σ⁻ = γ² Σ + q I,          μ⁻ = γ μ
-        S  = I + Hw Σ⁻ Hwᵀ = L Lᵀ                      (m × m, Cholesky)
-        V  = Σ⁻ Hwᵀ L⁻ᵀ                                (P × m)
-        μ  = μ⁻ + V L⁻¹ ew                              (= μ⁻ + K e,  K = Σ⁻Hᵀ S⁻¹)
-        Σ  = Σ⁻ − V Vᵀ                                  (= Σ⁻ − K S Kᵀ)
+        S  = I + Hw Σ Hwᵀ = C Cᵀ                        (m × m, Cholesky)
+        V  = Σ Hwᵀ C⁻ᵀ                                  (P × m)
+        μ' = μ + V C⁻¹ ew                               (= μ + K e,  K = Σ Hᵀ S⁻¹)
+        Σ' = Σ − V Vᵀ                                   (= Σ − K S Kᵀ)
 
-    ``Σ⁻`` is never formed: ``Σ⁻ Hwᵀ = γ² Σ Hwᵀ + q Hwᵀ``. :meth:`propose` computes the new mean,
-    ``V`` and the new diagonal ``γ² diag(Σ) + q − rowsum(V ⊙ V)`` and checks them (finite, positive)
-    without touching ``Σ``; :meth:`commit` then updates ``Σ`` in place (``Σ ← γ² Σ − V Vᵀ + q I``,
-    one BLAS rank-``m`` update, no ``P × P`` temporary), which cannot fail. ``V Vᵀ`` is symmetric
-    positive semi-definite, so the update keeps ``Σ`` symmetric and (up to rounding) PSD. A full PSD
-    check would cost ``O(P³)``; the Cholesky factor of ``S`` and the sign of the new diagonal are
-    checked instead. One observation row (``m = 1``) takes a scalar path without factorisations.
+    ``V Vᵀ`` is symmetric positive semi-definite, so ``Σ'`` stays symmetric and (up to rounding)
+    PSD. A full PSD check would cost ``O(P³)``; the Cholesky factor of ``S``, the finiteness of
+    the mean and the sign of the new diagonal are checked instead. One observation row (``m = 1``)
+    takes a scalar path without factorisations. Transition: ``μ ← g μ + b``, ``Σ ← g² Σ + diag(Q)``.
 
-    Parameters
-    ----------
-    mean : tensor (P,)
-        Prior mean.
-    prior_variance : float
-        ``Σ₀ = prior_variance · I``.
+    Examples
+    --------
+    >>> import torch
+    >>> from skfilter.posteriors import FullCovariance
+    >>> structure = FullCovariance()
+    >>> prior = structure.prior(torch.zeros(2, dtype=torch.float64), 1.0)
+    >>> post, info = structure.update(prior, torch.tensor([[1.0, 0.0]], dtype=torch.float64),
+    ...                               torch.tensor([1.0], dtype=torch.float64))
+    >>> post.mean.tolist(), post.cov.diagonal().tolist()
+    ([0.5, 0.0], [0.5, 1.0])
     """
 
-    def __init__(self, mean: torch.Tensor, prior_variance: float):
-        self.mean = mean.clone()
-        P = mean.shape[0]
-        self.cov = torch.eye(P, device=mean.device, dtype=mean.dtype) * prior_variance
+    belief_type = FullBelief
 
-    def propose(self, Hw, ew, gamma=1.0, q=0.0, J=None):
-        m, P = Hw.shape
-        A = Hw if J is None else torch.cat([Hw, J.reshape(-1, P)])
-        SA = self.cov @ A.T  # Σ Aᵀ (Σ symmetric), then Σ⁻ Aᵀ = γ² Σ Aᵀ + q Aᵀ
-        if gamma != 1.0:
-            SA.mul_(gamma * gamma)
-        if q:
-            SA.add_(A.T, alpha=q)
-        SHt = SA[:, :m]
-        mu = self.mean * gamma if gamma != 1.0 else self.mean
+    def prior(self, mean, prior_variance):
+        var = as_variance_vector(prior_variance, mean)
+        cov = torch.diag_embed(var.expand_as(mean)).contiguous() if mean.dim() > 1 else torch.diag(var)
+        return FullBelief(mean.clone(), cov)
+
+    def transition(self, belief, g, Q, shift):
+        mean, cov = belief
+        if g != 1.0:
+            mean, cov = mean * g, cov * (g * g)
+        if shift is not None:
+            mean = mean + shift
+        if isinstance(Q, torch.Tensor) or Q != 0.0:
+            cov = _add_diagonal(cov, Q)
+        return FullBelief(mean, cov)
+
+    def update(self, belief, Hw, ew):
+        mean, cov = belief
+        m = Hw.shape[-2]
+        SH = cov @ Hw.mT  # Σ Hwᵀ (Σ symmetric), (..., P, m)
+        info = None
         if m == 1:
-            # S = 1 + h Σ⁻ hᵀ ≥ 1 for PSD Σ⁻; a negative S gives NaN, caught by the check below
-            s = torch.dot(Hw[0], SHt[:, 0]).add_(1.0).sqrt_()
-            L = s
-            V = SHt / s
-            mu = mu + V[:, 0] * (ew[0] / s)
+            # S = 1 + h Σ hᵀ ≥ 1 for PSD Σ; a negative S gives NaN, caught by the check below
+            s = ((Hw[..., 0, :] * SH[..., :, 0]).sum(-1) + 1.0).sqrt()
+            C = s[..., None, None]
+            V = SH / C
+            mu = mean + V[..., :, 0] * (ew[..., 0] / s)[..., None]
         else:
-            S = Hw @ SHt
-            S.diagonal().add_(1.0)
-            L = cholesky_or_raise(S)
-            V = torch.linalg.solve_triangular(L, SHt.T, upper=False).T
-            z = torch.linalg.solve_triangular(L, ew.unsqueeze(1), upper=False)
-            mu = torch.addmm(mu.unsqueeze(1), V, z).squeeze(1)
-        new_diag = self.cov.diagonal() * (gamma * gamma) if gamma != 1.0 else self.cov.diagonal()
-        new_diag = new_diag - (V * V).sum(1)
-        if q:
-            new_diag = new_diag + q
-        check_finite_positive(mu, new_diag, L)  # an overflowing row makes S (so L) infinite
-        quad = None
-        if J is not None:
-            n, C, _ = J.shape
-            SJ = SA[:, m:].T.reshape(n, C, P)  # rows of J Σ⁻
-            quad = torch.bmm(J, SJ.transpose(1, 2))
-        return (mu, V, gamma, q), quad
+            S = Hw @ SH
+            S.diagonal(dim1=-2, dim2=-1).add_(1.0)
+            C, info = torch.linalg.cholesky_ex(S)
+            V = torch.linalg.solve_triangular(C, SH.mT, upper=False).mT
+            z = torch.linalg.solve_triangular(C, ew.unsqueeze(-1), upper=False)
+            mu = mean + (V @ z)[..., 0]
+        if cov.dim() == 2:  # one BLAS call, Σ − V Vᵀ into a new matrix
+            new_cov = torch.addmm(cov, V, V.mT, alpha=-1.0)
+        elif cov.dim() == 3:
+            new_cov = torch.baddbmm(cov, V, V.mT, alpha=-1.0)
+        else:
+            new_cov = cov - V @ V.mT
+        check_step([mu, C], positive=new_cov.diagonal(dim1=-2, dim2=-1), info=info)
+        return FullBelief(mu, new_cov), UpdateInfo(lambda: (C, ew))
 
-    def commit(self, pending):
-        mu, V, gamma, q = pending
-        if gamma != 1.0:
-            self.cov.mul_(gamma * gamma)
-        self.cov.addmm_(V, V.T, alpha=-1.0)
-        if q:
-            self.cov.diagonal().add_(q)
-        self.mean = mu
+    def quadratic_form(self, belief, J):
+        cov = belief.cov
+        *batch, n, C, P = J.shape
+        JS = J.reshape(*batch, n * C, P) @ cov
+        return JS.reshape(*batch, n, C, P) @ J.mT
 
-    def predictive_cov(self, J, gamma=1.0, q=0.0):
-        n, C, P = J.shape
-        Jf = J.reshape(n * C, P)
-        JS = Jf @ self.cov
-        if gamma != 1.0:
-            JS.mul_(gamma * gamma)
-        if q:
-            JS.add_(Jf, alpha=q)
-        return torch.bmm(JS.view(n, C, P), J.transpose(1, 2))
+    def quadratic_diagonal(self, belief, J):
+        *batch, n, C, P = J.shape
+        JS = J.reshape(*batch, n * C, P) @ belief.cov
+        return (JS.reshape(*batch, n, C, P) * J).sum(-1)
 
-    def marginal_variance(self):
-        return self.cov.diagonal().clone()
+    def marginal_variance(self, belief):
+        return belief.cov.diagonal(dim1=-2, dim2=-1).clone()
 
-    def covariance(self):
-        return self.cov.clone()
+    def covariance(self, belief):
+        return belief.cov.clone()
 
-    def sample(self, n_samples, generator):
-        L, info = torch.linalg.cholesky_ex(self.cov)
+    def sample(self, belief, n_samples, generator):
+        L, info = torch.linalg.cholesky_ex(belief.cov)
         if int(info):
             # semidefinite to rounding: use the symmetric square root of the clipped spectrum
-            w, U = torch.linalg.eigh(self.cov)
+            w, U = torch.linalg.eigh(belief.cov)
             L = U * w.clamp_min(0).sqrt()
-        eps = torch.randn(n_samples, self.n_params, generator=generator,
-                          device=self.mean.device, dtype=self.mean.dtype)
-        return self.mean + eps @ L.T
+        eps = torch.randn(n_samples, belief.mean.shape[-1], generator=generator,
+                          device=belief.mean.device, dtype=belief.mean.dtype)
+        return belief.mean + eps @ L.T
 
-    def state_dict(self):
-        return {"mean": self.mean, "cov": self.cov}
+    def moment_match(self, belief, log_weights):
+        """``μ̄ = Σ_k w_k μ_k``, ``Σ̄ = Σ_k w_k (Σ_k + (μ_k − μ̄)(μ_k − μ̄)ᵀ)`` (exact; spec/bone.md RL-MMPR)."""
+        w = torch.softmax(log_weights, dim=0)
+        mean = torch.einsum("k,kp->p", w, belief.mean)
+        d = belief.mean - mean
+        cov = torch.einsum("k,kpq->pq", w, belief.cov) + (d * w[:, None]).T @ d
+        return FullBelief(mean, cov)

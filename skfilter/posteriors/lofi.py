@@ -6,7 +6,8 @@ use Woodbury::
 
     Σ = Υ⁻¹ − Υ⁻¹ W M⁻¹ Wᵀ Υ⁻¹,     M = I_L + Wᵀ Υ⁻¹ W.
 
-One step (:meth:`LowRankPrecision.propose`), with ``m`` whitened pseudo-observation rows ``Hw``:
+One step (:func:`~skfilter.dynamics.apply_dynamics`, then :meth:`LowRankPrecision.update`), with ``m``
+whitened pseudo-observation rows ``Hw``:
 
 1. inflation (App. E, optional; applied to the previous posterior just before the predict step);
 2. predict, exact in DLR form (Alg. 2, eqs. 15, 19, 25)::
@@ -29,27 +30,42 @@ truncation ever happening) it is the full EKF.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from .._array_ops import as_numpy, as_tensor, ops_for
+from .._array_ops import NUMPY_OPS, TORCH_OPS, as_numpy, as_tensor
 from ..exceptions import FilterStepError
-from ._base import Posterior, cholesky_or_raise
+from ._base import Structure, UpdateInfo, as_variance_vector, cholesky_or_raise
 
 VARIANTS = ("diagonal", "spherical")
-INFLATIONS = (None, "bayesian", "simple", "hybrid")
 SVD_METHODS = ("full", "orth")
 
 
-def _cholesky_solve(Lc, B):
-    return torch.cholesky_solve(B, Lc, upper=False)
+class LowRankBelief(NamedTuple):
+    """LoFi belief ``N(mean, (Υ + W Wᵀ)⁻¹)`` with hypotheses axes ``...``.
+
+    Fields: ``mean (..., P)``; ``diagonal`` — ``Υ`` as ``(..., P)`` (diagonal LoFi) or ``η`` as
+    ``(..., 1)`` (spherical); ``low_rank`` — ``Wᵀ`` stored as ``(..., L, P)`` contiguous rows (its
+    Gram products and the stacking of new rows, eq. 32, then work on rows); ``prior_precision`` —
+    the prior-predictive precision ``η_t`` (eq. 76, ``(...)``, or ``(..., P)`` under per-parameter
+    process noise); ``prior_mean`` — the prior-predictive mean ``Γ_t μ₀`` (eq. 77), both for
+    inflation (App. E); ``n_steps`` — updates so far (seeds Alg. 8's column order).
+    """
+
+    mean: torch.Tensor
+    diagonal: torch.Tensor
+    low_rank: torch.Tensor
+    prior_precision: torch.Tensor
+    prior_mean: torch.Tensor
+    n_steps: int
 
 
-def lofi_update(ops, mu_p, ups_p, WT_p, Hw, ew, rank, variant="diagonal", truncate=True):
+def lofi_update(ops, mean, diagonal, low_rank, Hw, ew, variant="diagonal", truncate=True):
     """One LoFi update (Alg. 3 / Alg. 7) of the predicted belief ``N(μ⁻, (Υ⁻ + W⁻W⁻ᵀ)⁻¹)`` with the
-    ``m`` whitened rows ``Hw (m, P)``, ``ew (m,)``; arrays of the backend ``ops``
-    (:mod:`~skfilter._array_ops`).
+    ``m`` whitened rows ``Hw (..., m, P)``, ``ew (..., m)``; ``low_rank = W⁻ᵀ (..., L, P)``; arrays of
+    the backend ``ops`` (:mod:`~skfilter._array_ops`; the NumPy one takes no leading axes).
 
     Works on ``W̃ᵀ = [W⁻ᵀ; Hw]`` (``k = L + m`` contiguous rows of length ``P``):
 
@@ -66,223 +82,274 @@ def lofi_update(ops, mu_p, ups_p, WT_p, Hw, ew, rank, variant="diagonal", trunca
     * ``W = (ŨΛ̃)[:, :L]``; diagonal LoFi adds the dropped mass to ``Υ`` (eq. 39), spherical LoFi
       drops it (F.5.1).
 
-    Returns ``(μ, Υ, Wᵀ)`` (``Υ, Wᵀ`` None unless ``truncate``), after one check that every
+    The Cholesky factor ``F`` of ``I + W̃ᵀ Υ⁻⁻¹ W̃ = [[M, B], [Bᵀ, D]]`` also gives the innovation:
+    its trailing ``m × m`` block is the Cholesky factor of the Schur complement
+    ``D − Bᵀ M⁻¹ B = I + Hw Σ⁻ Hwᵀ`` (the whitened innovation covariance ``S_w``), so the
+    evidence costs nothing extra (:class:`~skfilter.posteriors.UpdateInfo`).
+
+    Returns ``(μ, Υ, Wᵀ, F)`` (``Υ, Wᵀ`` None unless ``truncate``), after one check that every
     result is finite and ``G⁻¹`` positive definite (:class:`~skfilter.exceptions.FilterStepError`
     otherwise). ``Υ`` stays positive by construction, so only finiteness is checked; ``W`` is not
     summed: a non-finite ``W̃`` makes the eigendecomposition fail or ``Ṽ``, hence the dropped mass
     in ``Υ`` and, through ``G``, the mean non-finite.
     """
-    L = rank
-    k = L + Hw.shape[0]
-    # R = [(Υ⁻¹ W̃)ᵀ; W̃ᵀ], (2k, P): one product W̃ᵀ Rᵀ gives W̃ᵀ Υ⁻¹ W̃ and the Gram matrix W̃ᵀ W̃
+    L = low_rank.shape[-2]
+    m = Hw.shape[-2]
+    k = L + m
+    P = low_rank.shape[-1]
+    batch = tuple(Hw.shape[:-2])
+    # stacked = [(Υ⁻¹ W̃)ᵀ; W̃ᵀ], (2k, P): one product W̃ᵀ stackedᵀ gives W̃ᵀ Υ⁻¹ W̃ and the Gram W̃ᵀ W̃
     gram_needed = truncate and variant == "diagonal"
-    R = ops.empty((2 * k if gram_needed else k, WT_p.shape[1]), like=Hw)
-    WtT = R[k:] if gram_needed else ops.empty((k, WT_p.shape[1]), like=Hw)
-    WtT[:L] = WT_p
-    WtT[L:] = Hw
-    R[:k] = WtT * (1.0 / ups_p)
-    UWT = R[:k]  # (Υ⁻¹ W̃)ᵀ; its last m rows are Υ⁻¹ Hwᵀ
-    ZG = WtT @ R.T
-    Z = ZG[:, :k]  # W̃ᵀ Υ⁻¹ W̃, (k, k)
-    rhs = Z[:, L:] @ ew  # W̃ᵀ Υ⁻¹ b
+    stacked = ops.empty(batch + (2 * k if gram_needed else k, P), like=Hw)
+    factors_t = stacked[..., k:, :] if gram_needed else ops.empty(batch + (k, P), like=Hw)  # W̃ᵀ
+    factors_t[..., :L, :] = low_rank
+    factors_t[..., L:, :] = Hw
+    stacked[..., :k, :] = factors_t * (1.0 / diagonal)[..., None, :]
+    scaled_t = stacked[..., :k, :]  # (Υ⁻¹ W̃)ᵀ; its last m rows are Υ⁻¹ Hwᵀ
+    products = factors_t @ stacked.swapaxes(-1, -2)
+    inner = products[..., :, :k]  # W̃ᵀ Υ⁻¹ W̃, (k, k)
+    rhs = inner[..., :, L:] @ ew[..., None]  # W̃ᵀ Υ⁻¹ b, (k, 1)
     if gram_needed:
-        gram = ZG[:, k:]
+        gram = products[..., :, k:]
     elif truncate:  # spherical: W̃ᵀ W̃ = η W̃ᵀ Υ⁻¹ W̃
-        gram = Z * ups_p
-    Z = Z + ops.eye(k, like=Hw)
-    sol, ok = ops.spd_solve(Z, rhs, "LoFi update system")
+        gram = inner * diagonal[..., None]
+    system = inner + ops.eye(k, like=Hw)
+    sol, ok, factor = ops.spd_solve(system, rhs, "LoFi update system")
     coef = -sol
-    coef[L:] += ew
-    mu = mu_p + UWT.T @ coef
+    coef[..., L:, 0] += ew
+    mean = mean + (scaled_t.swapaxes(-1, -2) @ coef)[..., 0]
     if not truncate:
-        ops.check_finite([mu], ok, "LoFi update system")
-        return mu, None, None, ok
+        ops.check_finite([mean], ok, "LoFi update system")
+        return mean, None, None, factor
     V = ops.eigh_descending(gram, "LoFi truncation (eigh of W̃ᵀW̃)")
-    UST = V.T @ WtT  # (Ũ Λ̃)ᵀ
-    WT_new = UST[:L]
+    rotated = V.swapaxes(-1, -2) @ factors_t  # (Ũ Λ̃)ᵀ
+    new_low_rank = rotated[..., :L, :]
     if variant == "diagonal":
-        dropped = UST[L:]
-        ups_new = ups_p + (dropped[0] * dropped[0] if dropped.shape[0] == 1 else (dropped * dropped).sum(0))
+        dropped = rotated[..., L:, :]
+        new_diagonal = diagonal + (dropped[..., 0, :] ** 2 if m == 1 else (dropped * dropped).sum(-2))
     else:
-        ups_new = ups_p
-    ops.check_finite([mu, ups_new], ok, "LoFi update system")
-    return mu, ups_new, WT_new, ok
+        new_diagonal = diagonal
+    ops.check_finite([mean, new_diagonal], ok, "LoFi update system")
+    return mean, new_diagonal, new_low_rank, factor
 
 
-def lowrank_quadratic_form(ops, J, ups, WT):
-    """``J Σ Jᵀ`` (``(n, C, C)``) for ``Σ = (Υ + W Wᵀ)⁻¹``, ``J (n, C, P)``, ``WT = Wᵀ (L, P)``, by
-    Woodbury (B.1, eq. 61): ``J Υ⁻¹ Jᵀ − A M⁻¹ Aᵀ`` with ``A = J Υ⁻¹ W``, ``M = I + Wᵀ Υ⁻¹ W``
-    (Cholesky). Returns ``(quad, ok)`` (``ok`` None when ``L = 0``), arrays of the backend ``ops``."""
-    n, C, P = J.shape
-    JU = J * (1.0 / ups)  # J Υ⁻¹
-    quad = JU @ J.swapaxes(1, 2)
-    L = WT.shape[0]
+def lowrank_quadratic_form(ops, J, diagonal, low_rank):
+    """``J Σ Jᵀ`` (``(..., n, C, C)``) for ``Σ = (Υ + W Wᵀ)⁻¹``, ``J (..., n, C, P)``,
+    ``low_rank = Wᵀ (..., L, P)``, by Woodbury (B.1, eq. 61): ``J Υ⁻¹ Jᵀ − A M⁻¹ Aᵀ`` with
+    ``A = J Υ⁻¹ W``, ``M = I + Wᵀ Υ⁻¹ W`` (Cholesky). Returns ``(quad, ok)`` (``ok`` None when
+    ``L = 0``), arrays of the backend ``ops``."""
+    *batch, n, C, P = J.shape
+    inv_diag = 1.0 / diagonal
+    JU = J * inv_diag[..., None, None, :]  # J Υ⁻¹
+    quad = JU @ J.swapaxes(-1, -2)
+    L = low_rank.shape[-2]
     if L == 0:
         return quad, None
-    UWT = WT * (1.0 / ups)
-    M = WT @ UWT.T + ops.eye(L, like=WT)
-    A = JU.reshape(n * C, P) @ WT.T  # (J Υ⁻¹ W), (nC, L)
-    X, ok = ops.spd_solve(M, A.T, "LoFi low-rank system")  # M⁻¹ Aᵀ, (L, nC)
-    return quad - A.reshape(n, C, L) @ X.T.reshape(n, C, L).swapaxes(1, 2), ok
+    scaled_t = low_rank * inv_diag[..., None, :]
+    M = low_rank @ scaled_t.swapaxes(-1, -2) + ops.eye(L, like=low_rank)
+    A = JU.reshape(*batch, n * C, P) @ low_rank.swapaxes(-1, -2)  # (J Υ⁻¹ W), (nC, L)
+    X, ok, _ = ops.spd_solve(M, A.swapaxes(-1, -2), "LoFi low-rank system")  # M⁻¹ Aᵀ, (L, nC)
+    correction = A.reshape(*batch, n, C, L) @ X.swapaxes(-1, -2).reshape(*batch, n, C, L).swapaxes(-1, -2)
+    return quad - correction, ok
 
 
-class LowRankPrecision(Posterior):
-    """LoFi belief ``N(μ, (Υ + W Wᵀ)⁻¹)`` (module docstring).
+def _lower(F):
+    return torch.tril(torch.as_tensor(np.ascontiguousarray(F)) if isinstance(F, np.ndarray) else F)
+
+
+class LowRankPrecision(Structure):
+    """LoFi: the belief ``N(μ, (Υ + W Wᵀ)⁻¹)`` (module docstring).
 
     Parameters
     ----------
-    mean : tensor (P,)
-        Prior mean ``μ₀``.
-    prior_variance : float
-        ``η₀⁻¹``: the prior is ``N(μ₀, η₀⁻¹ I)``, ``Υ₀ = η₀ I``, ``W₀ = 0``.
-    rank : int
+    rank : int, default=10
         ``L ≥ 0``.
-    variant : {'diagonal', 'spherical'}
-    inflation : {None, 'bayesian', 'simple', 'hybrid'}
-        Covariance inflation of App. E (spherical forms F.6) with factor ``inflation_factor`` (α).
-    inflation_factor : float
-        ``α ≥ 0``; ``α = 0`` is the identity.
-    svd : {'full', 'orth'}
+    variant : {'diagonal', 'spherical'}, default='diagonal'
+    svd : {'full', 'orth'}, default='full'
         Truncation: thin SVD of ``W̃`` or (spherical only) the orthogonal-projection update.
-    steady_state : bool
-        Spherical only: the variance-preserving dynamics of F.2, ``q = (1 − γ²)/η₀`` (eq. 95),
-        replacing the given ``q``; then ``η`` stays ``η₀``.
-    seed : int
+    seed : int, default=0
         Seeds the random column order of ``svd='orth'`` (Alg. 8).
-    cpu_backend : {'numpy', 'torch'}
-        Array library of the update for CPU tensors (:mod:`~skfilter._array_ops`):
-        NumPy views (lower per-operation overhead, the default) or torch. GPU tensors always use torch.
+    cpu_backend : {'numpy', 'torch'}, default='numpy'
+        Array library of the update for CPU beliefs without hypotheses axes
+        (:mod:`~skfilter._array_ops`): NumPy views (lower per-operation overhead) or torch. GPU
+        tensors and stacks of hypotheses always use torch.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from skfilter.posteriors import LowRankPrecision
+    >>> structure = LowRankPrecision(rank=1)
+    >>> prior = structure.prior(torch.zeros(3, dtype=torch.float64), 1.0)
+    >>> post, info = structure.update(prior, torch.tensor([[1.0, 0.0, 0.0]], dtype=torch.float64),
+    ...                               torch.tensor([1.0], dtype=torch.float64))
+    >>> [round(v, 6) for v in post.mean.tolist()], round(float(info.log_det), 6)
+    ([0.5, 0.0, 0.0], 0.693147)
     """
 
-    def __init__(self, mean, prior_variance, rank=10, variant="diagonal", inflation=None,
-                 inflation_factor=0.0, svd="full", steady_state=False, seed=0, cpu_backend="numpy"):
+    belief_type = LowRankBelief
+
+    def __init__(self, rank=10, variant="diagonal", svd="full", seed=0, cpu_backend="numpy"):
         if variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}.")
-        if inflation not in INFLATIONS:
-            raise ValueError(f"inflation must be one of {INFLATIONS}, got {inflation!r}.")
         if svd not in SVD_METHODS:
             raise ValueError(f"svd must be one of {SVD_METHODS}, got {svd!r}.")
         if svd == "orth" and variant != "spherical":
             raise ValueError("svd='orth' needs orthonormal columns of W: use variant='spherical'.")
-        if steady_state and variant != "spherical":
-            raise ValueError("steady_state applies to variant='spherical' only.")
         if cpu_backend not in ("numpy", "torch"):
             raise ValueError(f"cpu_backend must be 'numpy' or 'torch', got {cpu_backend!r}.")
-        self.cpu_backend = cpu_backend
-        self.variant, self.inflation, self.svd = variant, inflation, svd
-        self.inflation_factor = float(inflation_factor)
-        self.steady_state = bool(steady_state)
-        self.rank = int(rank)
-        P = mean.shape[0]
-        eta0 = 1.0 / float(prior_variance)
-        self.eta0 = eta0
-        self.mean = mean.clone()
+        self.rank, self.variant, self.svd = int(rank), variant, svd
+        self.seed, self.cpu_backend = int(seed), cpu_backend
+
+    def prior(self, mean, prior_variance):
+        """``Υ₀ = η₀ I`` with ``η₀ = 1 / prior_variance``, ``W₀ = 0`` (spherical: a scalar variance)."""
         opts = {"device": mean.device, "dtype": mean.dtype}
-        # diagonal: Υ as a vector; spherical: Υ = η I kept as a length-1 vector
-        self.ups = torch.full((P,) if variant == "diagonal" else (1,), eta0, **opts)
-        # W is stored transposed, (L, P) row-major: its Gram products and the stacking of new rows
-        # (eq. 32) then work on contiguous rows; ``W`` is the (P, L) view.
-        self.WT = torch.zeros(self.rank, P, **opts)
-        # prior-predictive precision η_t (eq. 76) and mean Γ_t μ₀ (eq. 77), for inflation
-        self.eta_pp = eta0
-        self.prior_mean = mean.clone() if inflation == "bayesian" else None
-        self._seed = int(seed)
-        self.n_steps = 0
+        batch = tuple(mean.shape[:-1])
+        P = mean.shape[-1]
+        precision = 1.0 / as_variance_vector(prior_variance, mean)
+        if self.variant == "spherical":
+            if not bool((precision == precision[0]).all()):
+                raise ValueError("Spherical LoFi needs one prior variance for all parameters.")
+            diagonal = precision[:1].expand(*batch, 1).clone()
+        else:
+            diagonal = precision.expand(*batch, P).clone()
+        eta0 = precision if not bool((precision == precision[0]).all()) else precision[0]
+        return LowRankBelief(mean.clone(), diagonal, torch.zeros(*batch, self.rank, P, **opts),
+                             eta0.expand(batch + tuple(eta0.shape)).clone(), mean.clone(), 0)
 
-    @property
-    def host_arrays(self) -> bool:
-        return self.cpu_backend == "numpy" and self.mean.device.type == "cpu"
+    def uses_host_arrays(self, belief) -> bool:
+        """Whether :meth:`update` takes NumPy arrays for ``Hw``, ``ew`` (CPU, no hypotheses axes,
+        ``cpu_backend='numpy'``), which lets the engine whiten on the host."""
+        return self.cpu_backend == "numpy" and belief.mean.dim() == 1 and belief.mean.device.type == "cpu"
 
-    @property
-    def W(self) -> torch.Tensor:
-        """The low-rank factor ``W`` (``(P, L)``, a view of the stored ``WT``)."""
-        return self.WT.T
+    def _ops(self, belief):
+        return NUMPY_OPS if self.uses_host_arrays(belief) else TORCH_OPS
 
-    @W.setter
-    def W(self, value: torch.Tensor):
-        self.WT = value.T.contiguous()
+    # -- dynamics ------------------------------------------------------------------------------
+    def transition(self, belief, g, Q, shift):
+        """Exact DLR predict (Alg. 2 / Alg. 6) of ``Σ ← g² Σ + diag(Q)``, ``μ ← g μ + shift``::
 
-    # -- helpers -------------------------------------------------------------------------------
-    def _q(self, gamma, q):
-        return (1.0 - gamma * gamma) / self.eta0 if self.steady_state else q
+            Υ⁻ = (g² Υ⁻¹ + Q)⁻¹,   W⁻ = g Υ⁻ Υ⁻¹ W chol(C),   C⁻¹ = I_L + Wᵀ Υ⁻¹ Υ⁻ Q W
 
-    def _dlr_solve(self, ups, WT, v):
-        """``(Υ + W Wᵀ)⁻¹ v`` by Woodbury (``WT = Wᵀ``, ``(L, P)``)."""
-        ui = 1.0 / ups
-        if WT.shape[0] == 0:
-            return ui * v
-        UWT = WT * ui
-        M = WT @ UWT.T
-        M.diagonal().add_(1.0)
-        Lc = cholesky_or_raise(M, "LoFi low-rank system")
-        return ui * v - UWT.T @ _cholesky_solve(Lc, (UWT @ v).unsqueeze(1)).squeeze(1)
+        (eqs. 15, 19, 25; a diagonal ``Q`` commutes with the diagonal factors, so per-parameter noise
+        keeps the form). Spherical (eqs. 108–109, scalar ``q`` only): ``η⁻ = η/(g² + qη)``,
+        ``λ⁻² = g²λ²/((g² + qη)(g² + qη + qλ²))``. The prior-predictive precision and mean follow
+        the same dynamics: ``η_t = (g²/η_{t−1} + Q)⁻¹``, ``Γ_t μ₀ = g Γ_{t−1} μ₀ + shift``.
+        """
+        has_q = isinstance(Q, torch.Tensor) or Q != 0.0
+        if g == 1.0 and not has_q and shift is None:
+            return belief
+        mean, ups, WT, eta_pp, m0, n_steps = belief
+        if self.variant == "spherical" and isinstance(Q, torch.Tensor):
+            raise ValueError("Spherical LoFi needs one process-noise value for all parameters.")
+        ups_p, WT_p = self._transition_factors(ups, WT, g, Q, has_q)
+        mean = mean * g if g != 1.0 else mean
+        m0 = m0 * g if g != 1.0 else m0
+        if shift is not None:
+            mean, m0 = mean + shift, m0 + shift
+        eta_pp = 1.0 / (g * g / eta_pp + Q) if (g != 1.0 or has_q) else eta_pp
+        return LowRankBelief(mean, ups_p, WT_p, eta_pp, m0, n_steps)
 
-    def _inflate(self, mu, ups, WT, eta_pp, m0):
-        """App. E / F.6: the inflated posterior of step t−1 (identity for α = 0 or None)."""
-        a = self.inflation_factor
-        if self.inflation is None or a == 0.0:
-            return mu, ups, WT
-        WT = WT / math.sqrt(1.0 + a)
-        if self.variant == "diagonal":
-            if self.inflation == "simple":
-                ups = ups / (1.0 + a)
-            else:  # bayesian and hybrid share the covariance (eqs. 80, 90)
-                ups = ups / (1.0 + a) + (a / (1.0 + a)) * eta_pp
-        elif self.inflation == "simple":  # spherical, eqs. 123–125
-            ups = ups / (1.0 + a)
-        if self.inflation == "bayesian":  # eq. 79 (η_{t−1} prior-predictive) / eq. 120 (η spherical)
-            eta = eta_pp if self.variant == "diagonal" else ups
-            mu = mu + (a * eta / (1.0 + a)) * self._dlr_solve(ups, WT, m0 - mu)
-        return mu, ups, WT
-
-    def _predict(self, ups, WT, gamma, q):
-        """Exact DLR predict (Alg. 2 / Alg. 6): returns ``(Υ⁻, W⁻ᵀ)`` (``WT = Wᵀ``, ``(L, P)``)."""
-        if gamma == 1.0 and not q:
-            return ups, WT
+    def _transition_factors(self, ups, WT, g, Q, has_q):
         if self.variant == "spherical":
             eta = ups
-            denom = gamma * gamma + q * eta
-            if WT.shape[0]:
-                lam2 = (WT * WT).sum(1)
-                scale = torch.sqrt(gamma * gamma / (denom * (denom + q * lam2)))
-                WT = WT * scale[:, None]
+            denom = g * g + Q * eta
+            if WT.shape[-2]:
+                lam2 = (WT * WT).sum(-1)
+                scale = torch.sqrt(g * g / (denom * (denom + Q * lam2)))
+                WT = WT * scale[..., None]
             return eta / denom, WT
-        if not q:
-            return ups / (gamma * gamma), WT / gamma
-        ups_pred = 1.0 / (gamma * gamma / ups + q)
-        if WT.shape[0] == 0 or gamma == 0.0:
+        if not has_q:
+            return ups / (g * g), WT / g
+        ups_pred = 1.0 / (g * g / ups + Q)
+        if WT.shape[-2] == 0 or g == 0.0:
             return ups_pred, WT * 0.0
-        DWT = WT * (ups_pred / ups)
-        Mc = q * (WT @ DWT.T)
-        Mc.diagonal().add_(1.0)  # C⁻¹ = I + q Wᵀ Υ⁻ Υ⁻¹ W
+        DWT = WT * (ups_pred / ups)[..., None, :]
+        Mc = (WT * Q[..., None, :] if isinstance(Q, torch.Tensor) else WT * Q) @ DWT.mT
+        Mc.diagonal(dim1=-2, dim2=-1).add_(1.0)  # C⁻¹ = I + Wᵀ Υ⁻¹ Υ⁻ Q W
         Lc = cholesky_or_raise(Mc, "LoFi predict system")
-        # W⁻ = γ D W chol(C); with C⁻¹ = L Lᵀ, chol(C) may be taken as L⁻ᵀ (only W Wᵀ matters)
-        return ups_pred, gamma * torch.linalg.solve_triangular(Lc, DWT, upper=False)
+        # W⁻ = g D W chol(C); with C⁻¹ = L Lᵀ, chol(C) may be taken as L⁻ᵀ (only W Wᵀ matters)
+        return ups_pred, g * torch.linalg.solve_triangular(Lc, DWT, upper=False)
 
-    def _predicted(self, gamma, q):
-        """The predicted belief ``(μ⁻, Υ⁻, W⁻)`` after inflation and dynamics."""
-        q = self._q(gamma, q)
-        mu, ups, WT = self._inflate(self.mean, self.ups, self.WT, self.eta_pp, self.prior_mean)
-        ups_p, WT_p = self._predict(ups, WT, gamma, q)
-        mu_p = mu * gamma if gamma != 1.0 else mu
-        return mu_p, ups_p, WT_p
+    def _dlr_solve(self, ups, WT, v):
+        """``(Υ + W Wᵀ)⁻¹ v`` by Woodbury (``WT = Wᵀ``, ``(..., L, P)``)."""
+        ui = 1.0 / ups
+        if WT.shape[-2] == 0:
+            return ui * v
+        UWT = WT * ui[..., None, :]
+        M = WT @ UWT.mT
+        M.diagonal(dim1=-2, dim2=-1).add_(1.0)
+        Lc = cholesky_or_raise(M, "LoFi low-rank system")
+        return ui * v - (UWT.mT @ torch.cholesky_solve((UWT @ v[..., None]), Lc, upper=False))[..., 0]
 
-    def _ups_vec(self, ups):
-        return ups.expand(self.n_params) if ups.numel() == 1 else ups
+    def inflate(self, belief, kind, factor):
+        """App. E / F.6: the inflated posterior of the previous step, factor ``α``.
+
+        Diagonal: ``W ← W/√(1+α)``; ``'simple'`` ``Υ ← Υ/(1+α)``; ``'bayesian'``/``'hybrid'``
+        ``Υ ← Υ/(1+α) + α/(1+α) η_{t−1}`` (eqs. 80, 90); ``'bayesian'`` also moves the mean,
+        ``μ ← μ + α η/(1+α) (Υ + WWᵀ)⁻¹ (Γμ₀ − μ)`` (eq. 79; spherical eq. 120 with ``η`` the
+        spherical precision). Spherical ``'simple'``: ``η ← η/(1+α)`` (eqs. 123–125).
+        """
+        a = factor
+        if a == 0.0:
+            return belief
+        mean, ups, WT, eta_pp, m0, n_steps = belief
+        WT = WT / math.sqrt(1.0 + a)
+        if self.variant == "diagonal":
+            if kind == "simple":
+                ups = ups / (1.0 + a)
+            else:  # bayesian and hybrid share the covariance (eqs. 80, 90)
+                ups = ups / (1.0 + a) + (a / (1.0 + a)) * (eta_pp[..., None] if eta_pp.dim() < ups.dim() else eta_pp)
+        elif kind == "simple":  # spherical, eqs. 123–125
+            ups = ups / (1.0 + a)
+        if kind == "bayesian":  # eq. 79 (η_{t−1} prior-predictive) / eq. 120 (η spherical)
+            eta = (eta_pp[..., None] if eta_pp.dim() < ups.dim() else eta_pp) if self.variant == "diagonal" else ups
+            mean = mean + (a * eta / (1.0 + a)) * self._dlr_solve(ups.expand_as(mean), WT, m0 - mean)
+        return LowRankBelief(mean, ups, WT, eta_pp, m0, n_steps)
+
+    # -- the update ----------------------------------------------------------------------------
+    def update(self, belief, Hw, ew):
+        """:func:`lofi_update` on the backend of :meth:`_ops` (NumPy views of CPU tensors for a single
+        belief unless ``cpu_backend='torch'``; torch for stacks of hypotheses and on GPUs);
+        ``svd='orth'`` then replaces the truncation by Alg. 8. ``Hw``, ``ew`` may be NumPy arrays
+        when :meth:`uses_host_arrays`. The returned belief always holds torch tensors."""
+        mean, ups, WT, eta_pp, m0, n_steps = belief
+        ops = self._ops(belief)
+        if ops is TORCH_OPS and isinstance(Hw, np.ndarray):
+            Hw, ew = torch.from_numpy(Hw), torch.from_numpy(ew)
+        full_svd = self.svd == "full"
+        with ops.quiet():
+            new_mean, new_ups, new_WT, factor = lofi_update(
+                ops, *as_numpy(ops, mean, ups, WT, Hw, ew), variant=self.variant, truncate=full_svd)
+        new_mean, = as_tensor(ops, new_mean)
+        if full_svd:
+            new_ups, new_WT = as_tensor(ops, new_ups, new_WT)
+        else:
+            new_ups = ups
+            Hw_t = torch.from_numpy(Hw) if isinstance(Hw, np.ndarray) else Hw
+            if WT.dim() == 2:
+                new_WT = self._orth_update(WT.T, Hw_t.T, n_steps).T.contiguous()
+            else:  # Alg. 8 is sequential in its columns with data-dependent choices: one hypothesis at a time
+                new_WT = torch.stack([self._orth_update(w.T, h.T, n_steps).T for w, h in
+                                      zip(WT.reshape(-1, *WT.shape[-2:]), Hw_t.reshape(-1, *Hw_t.shape[-2:]))])
+                new_WT = new_WT.reshape(WT.shape)
+        L = WT.shape[-2]
+        ew_t = torch.from_numpy(ew) if isinstance(ew, np.ndarray) else ew
+        info = UpdateInfo(lambda: (_lower(factor)[..., L:, L:], ew_t))
+        return LowRankBelief(new_mean, new_ups, new_WT, eta_pp, m0, n_steps + 1), info
 
     def _orth_update(self, W, G, step):
         """Alg. 8: orthogonal-projection incremental SVD of ``[W, G]`` (spherical, ``W = U diag(λ)``).
 
-        Columns of ``G`` are taken in a random order drawn from ``(seed, step)`` (so a failed,
-        uncommitted step does not change later ones). A residual ``v`` below ``√ε ‖g‖`` is rounding
-        noise of a column already in ``span(U)`` and never enters the basis.
+        Columns of ``G`` are taken in a random order drawn from ``(seed, step)`` (so a failed step
+        does not change later ones). A residual ``v`` below ``√ε ‖g‖`` is rounding noise of a
+        column already in ``span(U)`` and never enters the basis.
         """
         if W.shape[1] == 0:
             return W
         lam = W.norm(dim=0)
         U = W / lam.clamp_min(torch.finfo(W.dtype).tiny)
         U = torch.where(lam > 0, U, torch.zeros_like(U))
-        gen = torch.Generator().manual_seed(self._seed * 1_000_003 + step)
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
         order = torch.randperm(G.shape[1], generator=gen).tolist()
         rel_tol = math.sqrt(torch.finfo(W.dtype).eps)
         for j in order:
@@ -297,102 +364,59 @@ class LowRankPrecision(Posterior):
                 lam[k] = nv
         return U * lam
 
-    # -- the step --------------------------------------------------------------------------------
-    def propose(self, Hw, ew, gamma=1.0, q=0.0, J=None):
-        """Predict (inflation and dynamics, in torch), then the update of :func:`lofi_update` on
-        the backend of :func:`~skfilter._array_ops.ops_for`: NumPy views of CPU tensors unless
-        ``cpu_backend='torch'``. ``Hw``, ``ew`` may be NumPy arrays when :attr:`host_arrays`
-        (the engine whitens on the host); the committed belief is always torch tensors."""
-        q_eff = self._q(gamma, q)
-        mu_p, ups_p, WT_p = self._predicted(gamma, q)
-        quad = None
-        if J is not None:
-            quad = self._quad(J, ups_p, WT_p)
-        ops = ops_for(Hw, prefer_numpy=self.cpu_backend == "numpy")
-        full_svd = self.svd == "full"
-        with ops.quiet():
-            mu, ups_new, WT_new, ok = lofi_update(ops, *as_numpy(ops, mu_p, ups_p, WT_p, Hw, ew), rank=self.rank,
-                                                  variant=self.variant, truncate=full_svd)
-        mu, = as_tensor(ops, mu)
-        if full_svd:
-            ups_new, WT_new = as_tensor(ops, ups_new, WT_new)
-        else:  # Alg. 8 on the torch tensors
-            Hw_t = torch.from_numpy(Hw) if isinstance(Hw, np.ndarray) else Hw
-            WT_new = self._orth_update(WT_p.T, Hw_t.T, self.n_steps).T.contiguous()
-            ups_new = ups_p
-        eta_pp = 1.0 / (gamma * gamma / self.eta_pp + q_eff)
-        m0 = None if self.prior_mean is None else self.prior_mean * gamma
-        return (mu, ups_new, WT_new, eta_pp, m0), quad
-
-    def commit(self, pending):
-        self.mean, self.ups, self.WT, self.eta_pp, self.prior_mean = pending
-        self.n_steps += 1
-
-    def predicted_mean(self, gamma=1.0, q=0.0):
-        """``μ_{t|t−1}``: ``γ μ́`` with ``μ́`` the (Bayesian-)inflated mean (eq. 79), else ``γ μ``."""
-        if self.inflation != "bayesian" or self.inflation_factor == 0.0:
-            return super().predicted_mean(gamma, q)
-        return self._predicted(gamma, q)[0]
-
     # -- predictive ------------------------------------------------------------------------------
-    def _quad(self, J, ups, WT):
-        """``J Σ Jᵀ`` for ``Σ = (Υ + W Wᵀ)⁻¹`` by Woodbury (B.1, eq. 61): ``(n, C, C)``, with
-        ``A = J Υ⁻¹ W``: ``J Υ⁻¹ Jᵀ − A (I + Wᵀ Υ⁻¹ W)⁻¹ Aᵀ``. On the backend of ``J``
-        (:mod:`skfilter._array_ops`); returns a tensor."""
-        ops = ops_for(J, prefer_numpy=self.cpu_backend == "numpy")
-        J_, ups_, WT_ = as_numpy(ops, J, ups, WT)
+    def quadratic_form(self, belief, J):
+        """``J Σ Jᵀ`` by Woodbury (B.1, eq. 61), :func:`lowrank_quadratic_form`; a tensor."""
+        ops = NUMPY_OPS if (self.uses_host_arrays(belief) and J.device.type == "cpu"
+                            and not J.requires_grad) else TORCH_OPS
+        J_, ups_, WT_ = as_numpy(ops, J, belief.diagonal, belief.low_rank)
         with ops.quiet():
             quad, ok = lowrank_quadratic_form(ops, J_, ups_, WT_)
         if ok is not None and int(ok) != 0:
             raise FilterStepError("The LoFi low-rank system is not positive definite (the belief is degenerate).")
         return as_tensor(ops, quad)[0]
 
-    def predictive_cov(self, J, gamma=1.0, q=0.0):
-        _, ups, WT = self._predicted(gamma, q)
-        return self._quad(J, ups, WT)
+    def _diagonal_vector(self, belief):
+        ups = belief.diagonal
+        return ups.expand(belief.mean.shape) if ups.shape[-1] == 1 else ups
 
-    def marginal_variance(self):
-        ui = 1.0 / self._ups_vec(self.ups)
-        if self.W.shape[1] == 0:
+    def marginal_variance(self, belief):
+        ui = 1.0 / self._diagonal_vector(belief)
+        WT = belief.low_rank
+        if WT.shape[-2] == 0:
             return ui.clone()
-        UW = ui[:, None] * self.W
-        M = self.W.T @ UW
-        M.diagonal().add_(1.0)
+        UWT = WT * ui[..., None, :]
+        M = WT @ UWT.mT
+        M.diagonal(dim1=-2, dim2=-1).add_(1.0)
         Lc = cholesky_or_raise(M, "LoFi low-rank system")
-        A = torch.linalg.solve_triangular(Lc, UW.T, upper=False)
-        return ui - (A * A).sum(0)
+        A = torch.linalg.solve_triangular(Lc, UWT, upper=False)
+        return ui - (A * A).sum(-2)
 
-    def precision(self):
+    def precision(self, belief):
         """Dense ``Υ + W Wᵀ`` (tests and small models)."""
-        return torch.diag(self._ups_vec(self.ups)) + self.W @ self.W.T
+        return torch.diag_embed(self._diagonal_vector(belief)) + belief.low_rank.mT @ belief.low_rank
 
-    def covariance(self):
-        return torch.linalg.inv(self.precision())
+    def covariance(self, belief):
+        return torch.linalg.inv(self.precision(belief))
 
-    def sample(self, n_samples, generator):
+    def sample(self, belief, n_samples, generator):
         """Exact DLR sampler (spec/lofi.md §2.8 item 2; L-RVGA Prop. 1).
 
         With ``M = I_L + Wᵀ Υ⁻¹ W`` and ``Lm = Υ⁻¹ W M⁻¹``: ``x ~ N(0, Υ⁻¹)``, ``ε ~ N(0, I_L)``,
         ``θ = μ + x − Lm (Wᵀ x) + Lm ε`` has covariance ``Υ⁻¹ − Υ⁻¹ W M⁻¹ Wᵀ Υ⁻¹ = (Υ + WWᵀ)⁻¹``.
         Cost ``O(PL² + L³)`` once, ``O(PL)`` per sample.
         """
-        P, L = self.W.shape
-        opts = {"device": self.mean.device, "dtype": self.mean.dtype}
-        ui = 1.0 / self._ups_vec(self.ups)
+        W = belief.low_rank.T
+        P, L = W.shape
+        opts = {"device": belief.mean.device, "dtype": belief.mean.dtype}
+        ui = 1.0 / self._diagonal_vector(belief)
         x = torch.randn(n_samples, P, generator=generator, **opts) * ui.sqrt()
         if L == 0:
-            return self.mean + x
-        UW = ui[:, None] * self.W
-        M = self.W.T @ UW
+            return belief.mean + x
+        UW = ui[:, None] * W
+        M = W.T @ UW
         M.diagonal().add_(1.0)
         Lc = cholesky_or_raise(M, "LoFi low-rank system")
         Lm = torch.cholesky_solve(UW.T, Lc, upper=False).T  # Υ⁻¹ W M⁻¹ (M symmetric)
         eps = torch.randn(n_samples, L, generator=generator, **opts)
-        return self.mean + x + (eps - x @ self.W) @ Lm.T
-
-    def state_dict(self):
-        out = {"mean": self.mean, "ups": self.ups, "W": self.W}  # W: a (P, L) view
-        if self.prior_mean is not None:
-            out["prior_mean"] = self.prior_mean
-        return out
-
+        return belief.mean + x + (eps - x @ W) @ Lm.T
