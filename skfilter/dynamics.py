@@ -89,6 +89,9 @@ class Dynamics:
         q = self.process_noise
         if isinstance(q, torch.Tensor) and q.dim() == 0:
             object.__setattr__(self, "process_noise", float(q))
+        # computed once: the engine asks at every step
+        object.__setattr__(self, "_static", self.decay == 1.0 and not self.has_process_noise
+                           and self.reversion == 0.0 and not self.reset and not self.inflates)
 
     @property
     def inflates(self) -> bool:
@@ -103,8 +106,7 @@ class Dynamics:
     @property
     def is_static(self) -> bool:
         """Whether the belief passes through unchanged (the predict step is the identity)."""
-        return (self.decay == 1.0 and not self.has_process_noise and self.reversion == 0.0
-                and not self.reset and not self.inflates)
+        return self._static
 
     def transition(self, reference_variance=None):
         """``(g, Q, shift)`` of the linear-Gaussian transition (module docstring, item 2):

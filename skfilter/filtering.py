@@ -90,6 +90,11 @@ def _needs_covariance(weighting) -> bool:
     return weighting is not None and getattr(weighting, "needs_covariance", True)
 
 
+def _host_structure(structure, belief) -> bool:
+    uses = getattr(structure, "uses_host_arrays", None)
+    return uses is not None and uses(belief)
+
+
 def filter_step(parts: EngineParts, state: FilterState, X, Y, sample_weight=None, record=None):
     """One filter step on rows ``X (B, D)``, targets ``Y (B, C)``, ``sample_weight (B,)`` or None.
 
@@ -126,7 +131,7 @@ def filter_step(parts: EngineParts, state: FilterState, X, Y, sample_weight=None
         raise FilterStepError("The online observation-variance estimate became non-finite; "
                               "the last good belief is kept.")
     # 6. whiten, weight, update
-    if likelihood.host_arrays and getattr(structure, "uses_host_arrays", lambda b: False)(predicted):
+    if likelihood.host_arrays and _host_structure(structure, predicted):
         f_, J_, Y_ = as_numpy(NUMPY_OPS, f, J, Y)  # CPU fast path (skfilter._array_ops)
         Hw, ew = likelihood.whiten(f_, J_, Y_, {k: v.numpy() for k, v in new_noise.items()})
         if w is not None:

@@ -20,6 +20,9 @@ def _innovation(Hw, v, ew):
     """Whitened innovation factor: ``(C, Z, s)`` with ``S = I + Hw diag(v) Hwᵀ = C Cᵀ`` and
     ``Z = C⁻¹ Hw diag(v)``; ``m = 1`` without factorisation (``info`` None)."""
     HV = Hw * v[..., None, :]
+    if Hw.dim() == 2 and Hw.shape[0] == 1:  # one belief, one row: fewest operations
+        s = torch.dot(HV[0], Hw[0]).add_(1.0).sqrt_()
+        return s.reshape(1, 1), HV / s, None
     if Hw.shape[-2] == 1:  # scalar innovation (NaN if S < 0, caught by the step's check)
         s = ((HV[..., 0, :] * Hw[..., 0, :]).sum(-1) + 1.0).sqrt()
         C = s[..., None, None]
@@ -91,7 +94,9 @@ class DiagonalCovariance(Structure):
         C = info = None
         if self.projection == "fd" or self.vd_mean == "exact":
             C, Z, info = _innovation(Hw, v, ew)
-            if Hw.shape[-2] == 1:
+            if Hw.dim() == 2 and Hw.shape[0] == 1:
+                mu = mu + Z[0] * (ew[0] / C[0, 0])
+            elif Hw.shape[-2] == 1:
                 mu = mu + Z[..., 0, :] * (ew[..., 0] / C[..., 0, 0])[..., None]
             else:
                 z = torch.linalg.solve_triangular(C, ew.unsqueeze(-1), upper=False)
@@ -101,7 +106,8 @@ class DiagonalCovariance(Structure):
         else:
             new_var = 1.0 / (1.0 / v + (Hw * Hw).sum(-2))
             if self.vd_mean == "paper":
-                mu = mu + new_var * (Hw.mT @ ew.unsqueeze(-1))[..., 0]
+                Hte = Hw.T @ ew if Hw.dim() == 2 else (Hw.mT @ ew.unsqueeze(-1))[..., 0]
+                mu = mu + new_var * Hte
         check_step([mu] + ([] if C is None else [C]), positive=new_var, info=info)
         factor = (lambda: (C, ew)) if C is not None else (lambda: (_innovation(Hw, v, ew)[0], ew))
         return DiagonalBelief(mu, new_var), UpdateInfo(factor)

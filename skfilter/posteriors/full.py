@@ -72,8 +72,13 @@ class FullCovariance(Structure):
         m = Hw.shape[-2]
         SH = cov @ Hw.mT  # Σ Hwᵀ (Σ symmetric), (..., P, m)
         info = None
-        if m == 1:
+        if m == 1 and Hw.dim() == 2:  # one belief, one row: scalar innovation, fewest operations
             # S = 1 + h Σ hᵀ ≥ 1 for PSD Σ; a negative S gives NaN, caught by the check below
+            s = torch.dot(Hw[0], SH[:, 0]).add_(1.0).sqrt_()
+            C = s.reshape(1, 1)
+            V = SH / s
+            mu = mean + V[:, 0] * (ew[0] / s)
+        elif m == 1:
             s = ((Hw[..., 0, :] * SH[..., :, 0]).sum(-1) + 1.0).sqrt()
             C = s[..., None, None]
             V = SH / C
@@ -85,7 +90,9 @@ class FullCovariance(Structure):
             V = torch.linalg.solve_triangular(C, SH.mT, upper=False).mT
             z = torch.linalg.solve_triangular(C, ew.unsqueeze(-1), upper=False)
             mu = mean + (V @ z)[..., 0]
-        if cov.dim() == 2:  # one BLAS call, Σ − V Vᵀ into a new matrix
+        if cov.dim() == 2 and m == 1:  # one BLAS rank-1 update into a new matrix (one pass over Σ)
+            new_cov = torch.addr(cov, V[:, 0], V[:, 0], alpha=-1.0)
+        elif cov.dim() == 2:
             new_cov = torch.addmm(cov, V, V.mT, alpha=-1.0)
         elif cov.dim() == 3:
             new_cov = torch.baddbmm(cov, V, V.mT, alpha=-1.0)

@@ -219,7 +219,8 @@ class LowRankPrecision(Structure):
     def uses_host_arrays(self, belief) -> bool:
         """Whether :meth:`update` takes NumPy arrays for ``Hw``, ``ew`` (CPU, no hypotheses axes,
         ``cpu_backend='numpy'``), which lets the engine whiten on the host."""
-        return self.cpu_backend == "numpy" and belief.mean.dim() == 1 and belief.mean.device.type == "cpu"
+        mean = belief.mean
+        return self.cpu_backend == "numpy" and mean.dim() == 1 and mean.is_cpu
 
     def _ops(self, belief):
         return NUMPY_OPS if self.uses_host_arrays(belief) else TORCH_OPS
@@ -333,8 +334,7 @@ class LowRankPrecision(Structure):
                                       zip(WT.reshape(-1, *WT.shape[-2:]), Hw_t.reshape(-1, *Hw_t.shape[-2:]))])
                 new_WT = new_WT.reshape(WT.shape)
         L = WT.shape[-2]
-        ew_t = torch.from_numpy(ew) if isinstance(ew, np.ndarray) else ew
-        info = UpdateInfo(lambda: (_lower(factor)[..., L:, L:], ew_t))
+        info = UpdateInfo(lambda: (_lower(factor)[..., L:, L:], torch.as_tensor(ew)))
         return LowRankBelief(new_mean, new_ups, new_WT, eta_pp, m0, n_steps + 1), info
 
     def _orth_update(self, W, G, step):
