@@ -99,20 +99,33 @@ class Gaussian(Likelihood):
         return {"r": r, "weight": torch.zeros((), device=device, dtype=dtype), "scale": r.rsqrt()[..., None]}
 
     def next_state(self, state, f, Y, w):
-        """Online estimate C.2 (eq. 66, mean over outputs as the reference code); fixed r: unchanged."""
+        """Online estimate C.2 (eq. 66, mean over outputs as the reference code); fixed r: unchanged.
+
+        The ``n`` rows of a step are folded in at once: with ``ε_i`` the step size of row ``i`` and
+        ``d_i`` its mean squared prior-predictive residual, the recursion
+        ``r_i = (1 − ε_i) r_{i−1} + ε_i d_i`` unrolls to
+        ``r_n = Π_i (1 − ε_i) r_0 + Σ_i ε_i d_i Π_{j>i} (1 − ε_j)`` (suffix products, no division),
+        then floored at ``min_variance`` (one floor per step; with one row per step, the default,
+        this is the row-by-row recursion exactly).
+        """
         if not self.adaptive:
             return state
         r, total = state["r"], state["weight"]
         resid2 = ((Y - f) ** 2).mean(dim=-1)  # (..., n)
         n = resid2.shape[-1]
         w = torch.ones(n, dtype=r.dtype, device=r.device) if w is None else w
-        for i in range(n):  # a batch is folded in row by row (B is small; the floor makes it sequential)
-            total = total + w[i]
-            eps = torch.where(total > 0, w[i] / total.clamp_min(_tiny(r.dtype)), torch.zeros_like(total))
-            if self.eps_min > 0:  # the floor applies to rows that count (w > 0) only
-                eps = torch.where(w[i] > 0, eps.clamp(min=self.eps_min), eps)
-            r = ((1 - eps) * r + eps * resid2[..., i, None]).clamp_min(self.min_variance)
-        return {"r": r, "weight": total, "scale": r.rsqrt()[..., None]}
+        totals = total + torch.cumsum(w, 0)
+        eps = torch.where(totals > 0, w / totals.clamp_min(_tiny(r.dtype)), torch.zeros_like(totals))
+        if self.eps_min > 0:  # the floor applies to rows that count (w > 0) only
+            eps = torch.where(w > 0, eps.clamp(min=self.eps_min), eps)
+        if n == 1:
+            r = (1 - eps) * r + eps * resid2
+        else:
+            keep = torch.flip(torch.cumprod(torch.flip(1 - eps, (0,)), 0), (0,))  # Π_{j≥i} (1 − ε_j)
+            after = torch.cat([keep[1:], keep.new_ones(1)])  # Π_{j>i} (1 − ε_j)
+            r = keep[0] * r + ((eps * after) * resid2).sum(-1, keepdim=True)
+        r = r.clamp_min(self.min_variance)
+        return {"r": r, "weight": totals[-1], "scale": r.rsqrt()[..., None]}
 
     def mean(self, f):
         return f
