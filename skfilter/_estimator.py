@@ -26,7 +26,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from ._utils import check_scalar, progress_bar, resolve_device, resolve_dtype, torch_generator
-from .dynamics import Dynamics, Reference, apply_dynamics
+from .dynamics import Dynamics, Reference
 from .filtering import EngineParts, FilterState, run_filter
 from .posteriors import Posterior, map_belief
 from .models import build_module, make_adapter

@@ -218,3 +218,57 @@ class OnlineFilter:
 
     def step(self, X, Y, w=None, record=None):
         return self.run(X, Y, w, X.shape[0], record)
+
+
+# -- helpers shared by the test modules ----------------------------------------------------------
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+CPU = torch.device("cpu")
+F64 = torch.float64
+REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
+
+
+def as_tensor_copy(a):
+    """A float64 CPU tensor copy of ``a``."""
+    return torch.tensor(np.asarray(a, dtype=np.float64))
+
+
+def load_reference(name):
+    """A golden stream of ``../shared/reference``; skips when the shared folder is absent."""
+    path = REFERENCE / name
+    if not REFERENCE.parent.is_dir():
+        pytest.skip(f"the shared reference folder {REFERENCE.parent} is absent (not a full checkout)")
+    assert path.is_file(), f"{path} is missing although {REFERENCE.parent} exists"
+    return np.load(path)
+
+
+def golden_net(d):
+    """The 8-50-1 ReLU network of a golden stream, with its initial weights."""
+    D = d["X"].shape[1]
+    net = torch.nn.Sequential(torch.nn.Linear(D, 50), torch.nn.ReLU(), torch.nn.Linear(50, 1)).double()
+    with torch.no_grad():
+        net[0].weight.copy_(as_tensor_copy(d["W1"]))
+        net[0].bias.copy_(as_tensor_copy(d["b1"]))
+        net[2].weight.copy_(as_tensor_copy(d["W2"]))
+        net[2].bias.copy_(as_tensor_copy(d["b2"]))
+    return net
+
+
+def make_filter(adapter, likelihood, posterior, n_outputs, gamma=1.0, q=0.0):
+    """An :class:`OnlineFilter` with the likelihood's initial noise state (CPU, float64)."""
+    state = likelihood.initial_state(n_outputs, CPU, F64)
+    return OnlineFilter(adapter, likelihood, posterior, decay=gamma, process_noise=q, noise_state=state)
+
+
+def record_output_and_variance(X, f, quad, noise_state, predicted=None):
+    """``record`` callback: one-step-ahead output and epistemic variance per row."""
+    return torch.cat([f, quad.diagonal(dim1=1, dim2=2)], dim=1)
+
+
+def run_recorded(filt, X, Y, batch_size=1, w=None):
+    """Run ``filt`` recording the one-step-ahead outputs and variances: ``(f, var)``."""
+    out = filt.run(X, Y, w=w, batch_size=batch_size, record=record_output_and_variance)
+    C = Y.shape[1]
+    return out[:, :C], out[:, C:]

@@ -18,7 +18,6 @@ Comparisons are on ``W Wᵀ`` (never ``W`` itself: the SVD basis is arbitrary up
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 from unittest import mock
 
 import numpy as np
@@ -29,15 +28,13 @@ from hypothesis import strategies as st
 
 from skfilter import LoFiClassifier, LoFiRegressor
 from skfilter.exceptions import FilterStepError
-from _beliefs import OnlineFilter
 from skfilter.likelihoods import Categorical, Gaussian
 from skfilter.model_selection import prequential_predict
 from skfilter.models import make_adapter, make_mlp
-from _beliefs import DiagonalCovariance, FullCovariance, LowRankPrecision
+from _beliefs import CPU, F64, DiagonalCovariance, FullCovariance, LowRankPrecision  # noqa: F401
+from _beliefs import as_tensor_copy as _t, golden_net as _golden_net, load_reference as _load_reference
+from _beliefs import make_filter as _filter, record_output_and_variance as _record, run_recorded as _run_recorded
 
-CPU = torch.device("cpu")
-F64 = torch.float64
-REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
 
 PROPERTY = settings(max_examples=40, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -48,8 +45,6 @@ INFLATIONS = ["simple", "hybrid", "bayesian"]
 # ---------------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------------
-def _t(a):
-    return torch.tensor(np.asarray(a, dtype=np.float64))  # a copy
 
 
 def _np(t):
@@ -124,19 +119,10 @@ def _top_rank(A, L):
     return (V * lam) @ V.T
 
 
-def _filter(adapter, likelihood, posterior, n_outputs, gamma=1.0, q=0.0):
-    state = likelihood.initial_state(n_outputs, CPU, F64)
-    return OnlineFilter(adapter, likelihood, posterior, decay=gamma, process_noise=q, noise_state=state)
 
 
-def _record(X, f, quad, noise_state, predicted=None):
-    return torch.cat([f, quad.diagonal(dim1=1, dim2=2)], dim=1)
 
 
-def _run_recorded(filt, X, Y, batch_size=1):
-    out = filt.run(X, Y, batch_size=batch_size, record=_record)
-    C = Y.shape[1]
-    return out[:, :C], out[:, C:]
 
 
 def _mlp_stream(seed, n, D, hidden, C, activation="tanh"):
@@ -198,23 +184,8 @@ def _dense_lofi_step(mu, Pr, Hw, ew, gamma, q, inflation=None, alpha=0.0, eta_pp
 # ---------------------------------------------------------------------------------------------
 # golden stream from the independent implementation
 # ---------------------------------------------------------------------------------------------
-def _load_reference(name):
-    path = REFERENCE / name
-    if not REFERENCE.parent.is_dir():
-        pytest.skip(f"the shared reference folder {REFERENCE.parent} is absent (not a full checkout)")
-    assert path.is_file(), f"{path} is missing although {REFERENCE.parent} exists"
-    return np.load(path)
 
 
-def _golden_net(d):
-    D = d["X"].shape[1]
-    net = torch.nn.Sequential(torch.nn.Linear(D, 50), torch.nn.ReLU(), torch.nn.Linear(50, 1)).double()
-    with torch.no_grad():
-        net[0].weight.copy_(_t(d["W1"]))
-        net[0].bias.copy_(_t(d["b1"]))
-        net[2].weight.copy_(_t(d["W2"]))
-        net[2].bias.copy_(_t(d["b2"]))
-    return net
 
 
 def _golden_close(actual, expected):

@@ -11,7 +11,6 @@ Oracles used here, none of them the code under test:
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,14 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from skfilter.exceptions import FilterStepError
-from _beliefs import OnlineFilter
 from skfilter.likelihoods import Bernoulli, Categorical, Gaussian, Poisson, probit_probabilities
 from skfilter.models import make_adapter, make_mlp
-from _beliefs import DiagonalCovariance, FullCovariance
+from _beliefs import CPU, F64, DiagonalCovariance, FullCovariance  # noqa: F401
+from _beliefs import as_tensor_copy as _t, golden_net as _golden_net, load_reference as _load_reference
+from _beliefs import make_filter as _filter
+from _beliefs import run_recorded as _run_recorded
 
-CPU = torch.device("cpu")
-F64 = torch.float64
-REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
 
 PROPERTY = settings(max_examples=30, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -37,8 +35,6 @@ STRUCTURES = ["full", "fd", "vd", "vd-exact"]
 # ---------------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------------
-def _t(a):
-    return torch.tensor(np.asarray(a, dtype=np.float64))  # a copy
 
 
 def _make_posterior(kind, mean, prior_variance):
@@ -61,20 +57,10 @@ def _set_diagonal_prior(post, v):
         post.var = v.clone()
 
 
-def _filter(adapter, likelihood, posterior, n_outputs, gamma=1.0, q=0.0):
-    state = likelihood.initial_state(n_outputs, CPU, F64)
-    return OnlineFilter(adapter, likelihood, posterior, decay=gamma, process_noise=q, noise_state=state)
 
 
-def _record(X, f, quad, noise_state, predicted=None):
-    """``record`` callback of OnlineFilter: one-step-ahead output and epistemic variance per row."""
-    return torch.cat([f, quad.diagonal(dim1=1, dim2=2)], dim=1)
 
 
-def _run_recorded(filt, X, Y, batch_size=1, w=None):
-    out = filt.run(X, Y, w=w, batch_size=batch_size, record=_record)
-    C = Y.shape[1]
-    return out[:, :C], out[:, C:]
 
 
 def _linear_design(X, C):
@@ -223,12 +209,6 @@ def test_vd_precision_is_batch_precision_diagonal_in_linear_case(batch_size):
 # ---------------------------------------------------------------------------------------------
 # golden stream from the independent implementation
 # ---------------------------------------------------------------------------------------------
-def _load_reference(name):
-    path = REFERENCE / name
-    if not REFERENCE.parent.is_dir():
-        pytest.skip(f"the shared reference folder {REFERENCE.parent} is absent (not a full checkout)")
-    assert path.is_file(), f"{path} is missing although {REFERENCE.parent} exists"
-    return np.load(path)
 
 
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "torch.func"])
@@ -236,12 +216,7 @@ def test_full_ekf_reproduces_golden_fcekf_concrete(fused):
     d = _load_reference("fcekf_concrete.npz")
     assert str(d["kind"]) == "fcekf"
     D = d["X"].shape[1]
-    net = torch.nn.Sequential(torch.nn.Linear(D, 50), torch.nn.ReLU(), torch.nn.Linear(50, 1)).double()
-    with torch.no_grad():
-        net[0].weight.copy_(_t(d["W1"]))
-        net[0].bias.copy_(_t(d["b1"]))
-        net[2].weight.copy_(_t(d["W2"]))
-        net[2].bias.copy_(_t(d["b2"]))
+    net = _golden_net(d)
     ad = make_adapter(net, CPU, F64, D, fused=fused)
     assert ad.n_params == d["mu_final"].shape[0] == 501
     R, q = float(d["R"]), float(d["q"])
