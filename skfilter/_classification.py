@@ -106,21 +106,56 @@ class FilterClassifierMixin(ProbabilisticClassifierMixin, ClassifierMixin):
         self._fit(X, y, sample_weight, reset=False, classes=classes, n_epochs=1)
         return self
 
-    def _check_prequential_args(self, return_std, method):
+    def prequential_fit_predict(self, X, y, *, return_std=False, method="predict", sample_weight=None,
+                                classes=None):
+        """Fit from the prior on the stream ``(X, y)`` (one pass, in row order) and return the
+        one-step-ahead prediction of every row, made before the row is learned.
+
+        The prediction of row ``t`` uses the belief after rows ``0..t−1`` and the dynamics of step
+        ``t`` (the predicted belief) and is computed inside the filter loop, from the Jacobians the
+        update uses, with the estimator's ``predictive``. The estimator is left fitted on the
+        whole stream, as after ``fit`` with ``n_epochs=1``. This is the interface
+        :func:`skfilter.model_selection.prequential_predict` calls.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+        return_std : False
+            Regressors only; must be ``False``.
+        method : {'predict', 'predict_proba', 'predict_log_proba'}, default='predict'
+            Labels, class probabilities or their logarithms.
+        sample_weight : array-like of shape (n_samples,), default=None
+            As in :meth:`fit`.
+        classes : array-like of shape (n_classes,), default=None
+            All the classes of the stream (default: those in ``y``).
+
+        Returns
+        -------
+        pred : ndarray of shape (n_samples,) or (n_samples, n_classes)
+            Labels, or probabilities with columns in the order of ``classes_``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from skfilter import EKFClassifier
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(200, 2)); y = (X[:, 0] > 0).astype(int)
+        >>> clf = EKFClassifier(hidden_layer_sizes=(), random_state=0)
+        >>> proba = clf.prequential_fit_predict(X, y, method="predict_proba", classes=[0, 1, 2])
+        >>> proba.shape, bool(np.allclose(proba.sum(axis=1), 1.0))
+        ((200, 3), True)
+        """
         if return_std:
             raise ValueError("return_std is only available for regressors.")
         if method not in ("predict", "predict_proba", "predict_log_proba"):
             raise ValueError(
                 f"method must be 'predict', 'predict_proba' or 'predict_log_proba', got {method!r}."
             )
-
-    def _prequential_output(self, rec, return_std, method):
-        proba = _numpy(rec)
+        proba = _numpy(self._fit(X, y, sample_weight, reset=True, classes=classes, n_epochs=1, record=True))
         if method == "predict_proba":
             return proba
         if method == "predict_log_proba":
             with np.errstate(divide="ignore"):
                 return np.log(proba)
-        if method == "predict":
-            return self.classes_[np.argmax(proba, axis=1)]
-        raise ValueError(f"method must be 'predict', 'predict_proba' or 'predict_log_proba', got {method!r}.")
+        return self.classes_[np.argmax(proba, axis=1)]

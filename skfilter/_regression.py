@@ -186,11 +186,52 @@ class FilterRegressorMixin(RegressorMixin):
             raise AttributeError("obs_variance_ exists only for the Gaussian likelihood.")
         return _numpy(self._noise_state["r"]).copy()
 
-    def _check_prequential_args(self, return_std, method):
+    def prequential_fit_predict(self, X, y, *, return_std=False, method="predict", sample_weight=None,
+                                classes=None):
+        """Fit from the prior on the stream ``(X, y)`` (one pass, in row order) and return the
+        one-step-ahead prediction of every row, made before the row is learned.
+
+        The prediction of row ``t`` uses the belief after rows ``0..t−1`` and the dynamics of step
+        ``t`` (the predicted belief) and is computed inside the filter loop, from the Jacobians the
+        update uses, with the estimator's ``predictive``. The estimator is left fitted on the
+        whole stream, as after ``fit`` with ``n_epochs=1``. This is the interface
+        :func:`skfilter.model_selection.prequential_predict` calls.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+        return_std : bool, default=False
+            Also return the predictive standard deviation (observation noise included).
+        method : {'predict'}, default='predict'
+            Regressors predict means only.
+        sample_weight : array-like of shape (n_samples,), default=None
+            As in :meth:`fit`.
+        classes : None
+            Classifiers only; must be ``None``.
+
+        Returns
+        -------
+        mean : ndarray of shape (n_samples,) or (n_samples, n_outputs)
+        std : ndarray of the same shape
+            Only with ``return_std=True``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from skfilter import EKFRegressor
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(100, 2)); y = X @ [1.0, -2.0] + 0.1 * rng.normal(size=100)
+        >>> reg = EKFRegressor(hidden_layer_sizes=(), obs_variance=0.01, random_state=0)
+        >>> mean, std = reg.prequential_fit_predict(X, y, return_std=True)
+        >>> mean.shape, reg.n_samples_seen_
+        ((100,), 100)
+        """
+        if classes is not None:
+            raise ValueError("classes only applies to classifiers.")
         if method != "predict":
             raise ValueError(f"method must be 'predict' for a regressor, got {method!r}.")
-
-    def _prequential_output(self, rec, return_std, method):
+        rec = self._fit(X, y, sample_weight, reset=True, n_epochs=1, record=True)
         C = self.n_outputs_
         mean = self._shape_output(_numpy(rec[:, :C]))
         if not return_std:

@@ -8,6 +8,7 @@ clear error and leaves the estimator exactly as it was.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import numbers
 
 import numpy as np
@@ -91,9 +92,12 @@ def check_no_unknown_kwargs(est, prefixes):
     unknown = [k for k in vars(est) if not (k in known or k.startswith(("_",) + tuple(prefixes)) or k.endswith("_"))]
     if unknown:
         names = " and ".join(f"{p}<name>" for p in prefixes)
+        catch_all = est._catch_all_name() if hasattr(est, "_catch_all_name") else None
+        hint = (f" ({catch_all!r} is the name of the catch-all, not a parameter: pass {names} "
+                "keywords themselves)" if catch_all in unknown else "")
         raise TypeError(
             f"{type(est).__name__} got unexpected keyword argument(s) {unknown}; besides the "
-            f"documented parameters only {names} arguments are accepted."
+            f"documented parameters only {names} arguments are accepted{hint}."
         )
 
 
@@ -161,17 +165,41 @@ class PrefixedParamsMixin:
     :meth:`get_params` and accepted by :meth:`set_params`, so that ``clone`` and ``GridSearchCV``
     handle them like any other parameter. Names with other prefixes are rejected by ``fit``
     (:func:`check_no_unknown_kwargs`), never by ``__init__``.
+
+    The name of ``__init__``'s ``**`` catch-all itself (``module_kwargs``, ``kwargs``) is one of
+    those other names: passed explicitly (``Est(module_kwargs=...)``, as scikit-learn's
+    ``check_do_not_raise_errors_in_init_or_set_params`` does with every name of the signature), it
+    is stored, returned by :meth:`get_params`, accepted by :meth:`set_params`, and rejected by
+    ``fit`` like any other unknown keyword argument; ``__init__`` and ``set_params`` never raise
+    for it.
     """
 
     _param_prefixes: tuple = ("module__",)
 
+    @classmethod
+    def _catch_all_name(cls):
+        """The name of ``__init__``'s ``**`` parameter (``None`` if it has none)."""
+        init = cls.__init__
+        if init is object.__init__:
+            return None
+        for p in inspect.signature(init).parameters.values():
+            if p.kind == p.VAR_KEYWORD:
+                return p.name
+        return None
+
+    def _is_extra_param(self, key) -> bool:
+        """Whether ``key`` is stored through the ``**`` catch-all: a ``<prefix><name>`` or the
+        catch-all's own name."""
+        return key.startswith(self._param_prefixes) or key == self._catch_all_name()
+
     def _store_init_params(self, params: dict):
         """Store ``__init__``'s arguments (its ``locals()``) as attributes, unvalidated (scikit-learn
-        convention); the entries of its ``**kwargs`` (``**module_kwargs``) under their own names."""
+        convention); the entries of its ``**`` catch-all (``**module_kwargs``) under their own names."""
         params = dict(params)
         params.pop("self")
         params.pop("__class__", None)
-        extra = {**params.pop("module_kwargs", {}), **params.pop("kwargs", {})}
+        catch_all = self._catch_all_name()
+        extra = params.pop(catch_all, {}) if catch_all is not None else {}
         for key, value in {**params, **extra}.items():
             setattr(self, key, value)
 
@@ -181,11 +209,11 @@ class PrefixedParamsMixin:
 
     def get_params(self, deep=True):
         params = super().get_params(deep=deep)
-        params.update({k: v for k, v in vars(self).items() if k.startswith(self._param_prefixes)})
+        params.update({k: v for k, v in vars(self).items() if self._is_extra_param(k)})
         return params
 
     def set_params(self, **params):
-        for key in [k for k in params if k.startswith(self._param_prefixes)]:
+        for key in [k for k in params if self._is_extra_param(k)]:
             setattr(self, key, params.pop(key))
         return super().set_params(**params)
 

@@ -314,7 +314,19 @@ class _ReplayBase(PrefixedParamsMixin, BaseEstimator):
         return tags
 
 
-_COMMON_PARAMS = """
+class ReplaySGDRegressor(RegressorMixin, _ReplayBase):
+    """Neural-network regression by SGD/Adam on a FIFO replay buffer (SGD-RB; OGD for ``B = 1``).
+
+    After each new row the buffer of the last ``buffer_size`` rows is updated and ``n_inner``
+    optimiser steps are taken on its mean squared error (spec/lofi.md §4; built on skorch, see the
+    module docstring). The baseline of the LoFi paper's UCI and image experiments.
+
+    A point estimate has no parameter uncertainty: ``predict(X, return_std=True)`` returns the
+    root-mean-square of the one-step-ahead errors (each row predicted before any step that uses
+    it) over the last pass, the same for every input (a plug-in Gaussian predictive, for NLPD).
+
+    Parameters
+    ----------
     hidden_layer_sizes : tuple of int, default=(50,)
         Hidden widths of the default MLP (ignored when ``module`` is given).
     activation : {'relu', 'tanh', 'logistic', 'identity', 'elu'}, default='relu'
@@ -340,15 +352,17 @@ _COMMON_PARAMS = """
     random_state : int, RandomState instance or None, default=None
         Seeds the initial weights and the shuffles (drawn as the filters draw theirs).
     device : str or torch.device, default='cpu'
+        Where the network is trained ('cpu', 'cuda', 'cuda:1', …).
     dtype : {None, 'float64', 'float32'}, default=None
         ``None``: float64 on the CPU, float32 on a GPU.
     verbose : int, default=0
         Show a progress bar while fitting when > 0.
     **kwargs
         ``module__<name>=value`` (constructor arguments of a ``module`` class) and
-        ``optimizer__<name>=value`` (optimiser arguments), as in skorch."""
+        ``optimizer__<name>=value`` (optimiser arguments), as in skorch.
 
-_COMMON_ATTRS = """
+    Attributes
+    ----------
     n_features_in_ : int
     feature_names_in_ : ndarray of str
         Only when ``X`` had string column names.
@@ -360,25 +374,7 @@ _COMMON_ATTRS = """
     buffer_X_ : ndarray of shape (n_buffered, n_features)
         The rows in the replay buffer, oldest first.
     n_samples_seen_ : int
-        Rows learned so far (every pass counts)."""
-
-
-class ReplaySGDRegressor(RegressorMixin, _ReplayBase):
-    __doc__ = f"""Neural-network regression by SGD/Adam on a FIFO replay buffer (SGD-RB; OGD for ``B = 1``).
-
-    After each new row the buffer of the last ``buffer_size`` rows is updated and ``n_inner``
-    optimiser steps are taken on its mean squared error (spec/lofi.md §4; built on skorch, see the
-    module docstring). The baseline of the LoFi paper's UCI and image experiments.
-
-    A point estimate has no parameter uncertainty: ``predict(X, return_std=True)`` returns the
-    root-mean-square of the one-step-ahead errors (each row predicted before any step that uses
-    it) over the last pass, the same for every input (a plug-in Gaussian predictive, for NLPD).
-
-    Parameters
-    ----------{_COMMON_PARAMS}
-
-    Attributes
-    ----------{_COMMON_ATTRS}
+        Rows learned so far (every pass counts).
     n_outputs_ : int
         Number of targets.
     noise_variance_ : ndarray of shape (n_outputs,)
@@ -503,14 +499,50 @@ class ReplaySGDRegressor(RegressorMixin, _ReplayBase):
         std = np.broadcast_to(np.sqrt(self.noise_variance_), f.shape).copy()
         return mean, self._shape_output(std)
 
-    def _check_prequential_args(self, return_std, method):
-        """Used by :func:`skfilter.model_selection.prequential_predict` before it fits."""
+    def prequential_fit_predict(self, X, y, *, return_std=False, method="predict", sample_weight=None,
+                                classes=None):
+        """Fit from the initial weights on the stream ``(X, y)`` (one pass, in row order) and return
+        the one-step-ahead prediction of every row, made before any optimiser step that uses it.
+
+        The estimator is left fitted on the whole stream, as after ``fit`` with ``n_epochs=1``. This
+        is the interface :func:`skfilter.model_selection.prequential_predict` calls.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+        return_std : bool, default=False
+            Also return the plug-in standard deviation: the root-mean-square of the one-step-ahead
+            errors of the rows before (class docstring).
+        method : {'predict'}, default='predict'
+            Regressors predict means only.
+        sample_weight : None
+            Not supported (an error unless ``None``).
+        classes : None
+            Classifiers only; must be ``None``.
+
+        Returns
+        -------
+        mean : ndarray of shape (n_samples,) or (n_samples, n_outputs)
+        std : ndarray of the same shape
+            Only with ``return_std=True``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from skfilter.baselines import ReplaySGDRegressor
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(50, 2)); y = X @ [1.0, -2.0]
+        >>> reg = ReplaySGDRegressor(hidden_layer_sizes=(), optimizer="adam", random_state=0)
+        >>> mean, std = reg.prequential_fit_predict(X, y, return_std=True)
+        >>> mean.shape, std.shape, reg.n_samples_seen_
+        ((50,), (50,), 50)
+        """
+        if classes is not None:
+            raise ValueError("classes only applies to classifiers.")
         if method != "predict":
             raise ValueError(f"method must be 'predict' for a regressor, got {method!r}.")
-
-    def _prequential_output(self, rec, return_std, method):
-        """Used by :func:`skfilter.model_selection.prequential_predict`."""
-        self._check_prequential_args(return_std, method)
+        rec = self._fit(X, y, sample_weight, reset=True, n_epochs=1, record=True)
         C = self.n_outputs_
         rec = rec.detach().cpu().numpy().astype(np.float64)
         mean = self._shape_output(rec[:, :C])
@@ -526,7 +558,7 @@ class ReplaySGDRegressor(RegressorMixin, _ReplayBase):
 
 
 class ReplaySGDClassifier(ProbabilisticClassifierMixin, ClassifierMixin, _ReplayBase):
-    __doc__ = f"""Neural-network classification by SGD/Adam on a FIFO replay buffer (SGD-RB, Adam-RB, OGD).
+    """Neural-network classification by SGD/Adam on a FIFO replay buffer (SGD-RB, Adam-RB, OGD).
 
     After each new row the buffer of the last ``buffer_size`` rows is updated and ``n_inner``
     optimiser steps are taken on its mean cross-entropy (spec/lofi.md §4; built on skorch, see the
@@ -534,10 +566,55 @@ class ReplaySGDClassifier(ProbabilisticClassifierMixin, ClassifierMixin, _Replay
     binary cross-entropy) for two classes, which the default MLP uses, as the filter classifiers.
 
     Parameters
-    ----------{_COMMON_PARAMS}
+    ----------
+    hidden_layer_sizes : tuple of int, default=(50,)
+        Hidden widths of the default MLP (ignored when ``module`` is given).
+    activation : {'relu', 'tanh', 'logistic', 'identity', 'elu'}, default='relu'
+        Hidden non-linearity of the default MLP.
+    module : torch.nn.Module class or instance, default=None
+        The network. A class is instantiated with the ``module__<name>`` keyword arguments (its
+        initialisation seeded by ``random_state``); an instance is copied and trained from its
+        current weights. ``None``: the filters' default MLP (LeCun-normal weights, zero biases), so
+        a filter with the same ``random_state`` starts from the same weights.
+    buffer_size : int, default=10
+        ``B``, rows kept in the FIFO replay buffer (1: online gradient descent).
+    n_inner : int, default=1
+        Optimiser steps on the buffer's mean loss after each new row.
+    optimizer : {'sgd', 'adam', 'adamw'} or torch.optim.Optimizer subclass, default='sgd'
+        The optimiser (skorch convention: further arguments as ``optimizer__<name>=value``, e.g.
+        ``optimizer__momentum=0.9``, ``optimizer__weight_decay=1e-4``).
+    lr : float, default=0.01
+        Learning rate.
+    n_epochs : int, default=1
+        Passes over the data in :meth:`fit` (``partial_fit`` always makes one).
+    shuffle : bool, default=False
+        Shuffle the rows before every pass after the first (the first is in row order).
+    random_state : int, RandomState instance or None, default=None
+        Seeds the initial weights and the shuffles (drawn as the filters draw theirs).
+    device : str or torch.device, default='cpu'
+        Where the network is trained ('cpu', 'cuda', 'cuda:1', …).
+    dtype : {None, 'float64', 'float32'}, default=None
+        ``None``: float64 on the CPU, float32 on a GPU.
+    verbose : int, default=0
+        Show a progress bar while fitting when > 0.
+    **kwargs
+        ``module__<name>=value`` (constructor arguments of a ``module`` class) and
+        ``optimizer__<name>=value`` (optimiser arguments), as in skorch.
 
     Attributes
-    ----------{_COMMON_ATTRS}
+    ----------
+    n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        Only when ``X`` had string column names.
+    net_ : skorch.NeuralNet
+        The initialised skorch net (``net_.module_``, ``net_.optimizer_``, ``net_.criterion_``)
+        that takes every optimiser step.
+    module_ : torch.nn.Module
+        The trained network (``net_.module_``).
+    buffer_X_ : ndarray of shape (n_buffered, n_features)
+        The rows in the replay buffer, oldest first.
+    n_samples_seen_ : int
+        Rows learned so far (every pass counts).
     classes_ : ndarray of shape (n_classes,)
 
     Examples
@@ -643,16 +720,47 @@ class ReplaySGDClassifier(ProbabilisticClassifierMixin, ClassifierMixin, _Replay
         """
         return self._probs(self._forward(X)).detach().cpu().numpy().astype(np.float64)
 
-    def _check_prequential_args(self, return_std, method):
-        """Used by :func:`skfilter.model_selection.prequential_predict` before it fits."""
+    def prequential_fit_predict(self, X, y, *, return_std=False, method="predict", sample_weight=None,
+                                classes=None):
+        """Fit from the initial weights on the stream ``(X, y)`` (one pass, in row order) and return
+        the one-step-ahead prediction of every row, made before any optimiser step that uses it.
+
+        The estimator is left fitted on the whole stream, as after ``fit`` with ``n_epochs=1``. This
+        is the interface :func:`skfilter.model_selection.prequential_predict` calls.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+        return_std : False
+            Regressors only; must be ``False``.
+        method : {'predict', 'predict_proba', 'predict_log_proba'}, default='predict'
+            Labels, class probabilities or their logarithms.
+        sample_weight : None
+            Not supported (an error unless ``None``).
+        classes : array-like of shape (n_classes,), default=None
+            All the classes of the stream (default: those in ``y``).
+
+        Returns
+        -------
+        pred : ndarray of shape (n_samples,) or (n_samples, n_classes)
+            Labels, or probabilities with columns in the order of ``classes_``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from skfilter.baselines import ReplaySGDClassifier
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(50, 2)); y = (X[:, 0] > 0).astype(int)
+        >>> clf = ReplaySGDClassifier(hidden_layer_sizes=(), optimizer="adam", random_state=0)
+        >>> clf.prequential_fit_predict(X, y, method="predict_proba").shape
+        (50, 2)
+        """
         if return_std:
             raise ValueError("return_std is only available for regressors.")
         if method not in ("predict", "predict_proba", "predict_log_proba"):
             raise ValueError(f"method must be 'predict', 'predict_proba' or 'predict_log_proba', got {method!r}.")
-
-    def _prequential_output(self, rec, return_std, method):
-        """Used by :func:`skfilter.model_selection.prequential_predict`."""
-        self._check_prequential_args(return_std, method)
+        rec = self._fit(X, y, sample_weight, reset=True, classes=classes, n_epochs=1, record=True)
         proba = rec.detach().cpu().numpy().astype(np.float64)
         if method == "predict_proba":
             return proba

@@ -36,7 +36,112 @@ class _EKFStructure:
         return DiagonalCovariance(projection=self.covariance, vd_mean=self.vd_mean)
 
 
-_COMMON_PARAMS = """
+class EKFRegressor(_EKFStructure, FilterRegressorMixin, BaseFilter):
+    """Neural-network regression by an extended Kalman filter over the weights.
+
+    Each row of ``X`` is one time step: the network is linearised at the predicted mean and the
+    Gaussian belief over its weights is updated in closed form (no learning rate). The belief gives
+    the posterior predictive of ``y`` (``predict(X, return_std=True)``, ``sample_y``).
+
+    Parameters
+    ----------
+    hidden_layer_sizes : tuple of int, default=(50,)
+        Hidden widths of the default MLP (ignored when ``module`` is given).
+    activation : {'relu', 'tanh', 'logistic', 'identity', 'elu'}, default='relu'
+        Hidden non-linearity of the default MLP.
+    module : torch.nn.Module class or instance, default=None
+        The network ``h(θ, x)``. A class is instantiated with the ``module__<name>`` keyword
+        arguments (its random initialisation seeded by ``random_state``); an instance is copied and
+        its current weights are the **prior mean** (never re-initialised). ``None``: the default
+        MLP, LeCun-normal weights and zero biases.
+    covariance : {'full', 'vd', 'fd'}, default='full'
+        Posterior structure: dense covariance, or diagonal with VD (precision matching) or FD
+        (variance matching) projection.
+    vd_mean : {'paper', 'exact'}, default='paper'
+        Mean update of VD-EKF: eq. 25 as in the authors' code, or the KL-optimal EKF mean
+        (spec/diagonal-ekf.md §6 A1). Ignored for the other structures.
+    prior_variance : float, default=1.0
+        Prior covariance ``prior_variance · I`` around the initial weights.
+    obs_variance : float, array of shape (n_outputs,) or 'adaptive', default=1.0
+        Observation-noise variance ``r`` of the Gaussian likelihood, or ``'adaptive'`` for the online
+        estimate of spec/lofi.md §2.9 (C.2). Ignored by the Poisson likelihood.
+    likelihood : {'gaussian', 'poisson'}, default='gaussian'
+        Observation model; 'poisson' uses a log link (counts).
+    process_noise : float, default=0.0
+        ``q`` of the dynamics ``θ_t = γ θ_{t−1} + N(0, q I)`` applied before every step.
+    decay : float, default=1.0
+        ``γ`` of the dynamics, in [0, 1].
+    n_epochs : int, default=1
+        Passes over the data in :meth:`fit` (``partial_fit`` always makes one).
+    shuffle : bool, default=False
+        Shuffle the rows before every pass after the first (the first is in row order).
+    batch_size : int, default=1
+        Rows per filter step; their pseudo-observations are conditioned on jointly, linearised at
+        the same predicted mean (1 = one row at a time, the exact sequential filter).
+    predictive : {'linearized', 'plugin', 'mc'}, default='linearized'
+        How the posterior predictive is computed (see ``FilterRegressorMixin``).
+    n_mc_samples : int, default=100
+        Parameter draws of the Monte-Carlo predictive.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the initial weights, the shuffles and the Monte-Carlo predictive.
+    device : str or torch.device, default='cpu'
+        Where the belief lives and the filter runs ('cpu', 'cuda', 'cuda:1', …).
+    dtype : {None, 'float64', 'float32'}, default=None
+        ``None``: float64 on the CPU, float32 on a GPU.
+    verbose : int, default=0
+        Show a progress bar while fitting when > 0.
+    **module_kwargs
+        ``module__<name>=value``: constructor arguments of a ``module`` class.
+
+    Attributes
+    ----------
+    n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        Only when ``X`` had string column names.
+    n_params_ : int
+        ``P``, the number of parameters the filter learns.
+    module_ : torch.nn.Module
+        The network carrying the posterior mean.
+    posterior_ : skfilter.posteriors.Posterior
+        The belief ``N(μ, Σ)`` over the flat parameters: a read-only view (``covariance()``,
+        ``marginal_variance()``, ``sample()``) of the belief value ``posterior_.belief``.
+    filter_state_ : skfilter.filtering.FilterState
+        The fitted state (belief, noise state, rows seen), replaced whole after every step.
+    n_samples_seen_ : int
+        Rows conditioned on so far (every pass counts).
+    n_outputs_ : int
+        Number of targets.
+    obs_variance_ : ndarray of shape (n_outputs,)
+        Observation variance the next step uses (the online estimate with 'adaptive').
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfilter import EKFRegressor
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(200, 3)); y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=200)
+    >>> reg = EKFRegressor(hidden_layer_sizes=(20,), obs_variance=0.01, random_state=0).fit(X, y)
+    >>> mean, std = reg.predict(X[:2], return_std=True)
+    >>> mean.shape, bool(np.all(std > 0.1))
+    ((2,), True)
+    """
+
+    def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, covariance="full",
+                 vd_mean="paper", prior_variance=1.0, obs_variance=1.0, likelihood="gaussian",
+                 process_noise=0.0, decay=1.0, n_epochs=1, shuffle=False, batch_size=1,
+                 predictive="linearized", n_mc_samples=100, random_state=None, device="cpu", dtype=None,
+                 verbose=0, **module_kwargs):
+        self._store_init_params(locals())
+
+
+class EKFClassifier(_EKFStructure, FilterClassifierMixin, BaseFilter):
+    """Neural-network classification by an extended Kalman filter over the weights.
+
+    Binary or multiclass (any label type). Two classes use one logit (Bernoulli) with the default
+    MLP; ``K`` logits use the Categorical likelihood with the exact logit-space update.
+
+    Parameters
+    ----------
     hidden_layer_sizes : tuple of int, default=(50,)
         Hidden widths of the default MLP (ignored when ``module`` is given).
     activation : {'relu', 'tanh', 'logistic', 'identity', 'elu'}, default='relu'
@@ -65,6 +170,10 @@ _COMMON_PARAMS = """
     batch_size : int, default=1
         Rows per filter step; their pseudo-observations are conditioned on jointly, linearised at
         the same predicted mean (1 = one row at a time, the exact sequential filter).
+    predictive : {'probit', 'plugin', 'mc'}, default='probit'
+        How class probabilities are computed (see ``FilterClassifierMixin``).
+    n_mc_samples : int, default=100
+        Parameter draws of the Monte-Carlo predictive.
     random_state : int, RandomState instance or None, default=None
         Seeds the initial weights, the shuffles and the Monte-Carlo predictive.
     device : str or torch.device, default='cpu'
@@ -73,12 +182,11 @@ _COMMON_PARAMS = """
         ``None``: float64 on the CPU, float32 on a GPU.
     verbose : int, default=0
         Show a progress bar while fitting when > 0.
-    n_mc_samples : int, default=100
-        Parameter draws of the Monte-Carlo predictive.
     **module_kwargs
-        ``module__<name>=value``: constructor arguments of a ``module`` class."""
+        ``module__<name>=value``: constructor arguments of a ``module`` class.
 
-_COMMON_ATTRS = """
+    Attributes
+    ----------
     n_features_in_ : int
     feature_names_in_ : ndarray of str
         Only when ``X`` had string column names.
@@ -92,66 +200,7 @@ _COMMON_ATTRS = """
     filter_state_ : skfilter.filtering.FilterState
         The fitted state (belief, noise state, rows seen), replaced whole after every step.
     n_samples_seen_ : int
-        Rows conditioned on so far (every pass counts)."""
-
-
-class EKFRegressor(_EKFStructure, FilterRegressorMixin, BaseFilter):
-    __doc__ = f"""Neural-network regression by an extended Kalman filter over the weights.
-
-    Each row of ``X`` is one time step: the network is linearised at the predicted mean and the
-    Gaussian belief over its weights is updated in closed form (no learning rate). The belief gives
-    the posterior predictive of ``y`` (``predict(X, return_std=True)``, ``sample_y``).
-
-    Parameters
-    ----------{_COMMON_PARAMS}
-    obs_variance : float, array of shape (n_outputs,) or 'adaptive', default=1.0
-        Observation-noise variance ``r`` of the Gaussian likelihood, or ``'adaptive'`` for the online
-        estimate of spec/lofi.md §2.9 (C.2). Ignored by the Poisson likelihood.
-    likelihood : {{'gaussian', 'poisson'}}, default='gaussian'
-        Observation model; 'poisson' uses a log link (counts).
-    predictive : {{'linearized', 'plugin', 'mc'}}, default='linearized'
-        How the posterior predictive is computed (see ``FilterRegressorMixin``).
-
-    Attributes
-    ----------{_COMMON_ATTRS}
-    n_outputs_ : int
-        Number of targets.
-    obs_variance_ : ndarray of shape (n_outputs,)
-        Observation variance the next step uses (the online estimate with 'adaptive').
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from skfilter import EKFRegressor
-    >>> rng = np.random.default_rng(0)
-    >>> X = rng.normal(size=(200, 3)); y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=200)
-    >>> reg = EKFRegressor(hidden_layer_sizes=(20,), obs_variance=0.01, random_state=0).fit(X, y)
-    >>> mean, std = reg.predict(X[:2], return_std=True)
-    >>> mean.shape, bool(np.all(std > 0.1))
-    ((2,), True)
-    """
-
-    def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, covariance="full",
-                 vd_mean="paper", prior_variance=1.0, obs_variance=1.0, likelihood="gaussian",
-                 process_noise=0.0, decay=1.0, n_epochs=1, shuffle=False, batch_size=1,
-                 predictive="linearized", n_mc_samples=100, random_state=None, device="cpu", dtype=None,
-                 verbose=0, **module_kwargs):
-        self._store_init_params(locals())
-
-
-class EKFClassifier(_EKFStructure, FilterClassifierMixin, BaseFilter):
-    __doc__ = f"""Neural-network classification by an extended Kalman filter over the weights.
-
-    Binary or multiclass (any label type). Two classes use one logit (Bernoulli) with the default
-    MLP; ``K`` logits use the Categorical likelihood with the exact logit-space update.
-
-    Parameters
-    ----------{_COMMON_PARAMS}
-    predictive : {{'probit', 'plugin', 'mc'}}, default='probit'
-        How class probabilities are computed (see ``FilterClassifierMixin``).
-
-    Attributes
-    ----------{_COMMON_ATTRS}
+        Rows conditioned on so far (every pass counts).
     classes_ : ndarray of shape (n_classes,)
 
     Examples

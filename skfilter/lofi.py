@@ -12,7 +12,6 @@ from ._estimator import BaseFilter
 from ._validation import check_int
 from ._regression import FilterRegressorMixin
 from ._utils import check_scalar
-from .ekf import _COMMON_ATTRS
 from .dynamics import INFLATIONS, Dynamics
 from .posteriors import LowRankPrecision
 from .posteriors.lofi import SVD_METHODS, VARIANTS
@@ -53,7 +52,110 @@ class _LoFiStructure:
                         inflation_factor=cfg["inflation_factor"])
 
 
-_LOFI_PARAMS = """
+class LoFiRegressor(_LoFiStructure, FilterRegressorMixin, BaseFilter):
+    """Neural-network regression by LoFi, the low-rank extended Kalman filter.
+
+    Parameters
+    ----------
+    hidden_layer_sizes : tuple of int, default=(50,)
+        Hidden widths of the default MLP (ignored when ``module`` is given).
+    activation : {'relu', 'tanh', 'logistic', 'identity', 'elu'}, default='relu'
+        Hidden non-linearity of the default MLP.
+    module : torch.nn.Module class or instance, default=None
+        The network ``h(θ, x)``. A class is instantiated with the ``module__<name>`` keyword
+        arguments (its random initialisation seeded by ``random_state``); an instance is copied and
+        its current weights are the **prior mean** (never re-initialised). ``None``: the default
+        MLP, LeCun-normal weights and zero biases.
+    rank : int, default=10
+        ``L``, the rank of the low-rank part of the precision (0 gives VD-EKF with the exact mean;
+        ``L ≥ P`` the full EKF).
+    variant : {'diagonal', 'spherical'}, default='diagonal'
+        Diagonal ``Υ`` (Alg. 2–3) or spherical ``η I`` (App. F, Alg. 6–7).
+    inflation : {None, 'bayesian', 'simple', 'hybrid'}, default=None
+        Covariance inflation of App. E with factor ``inflation_factor``.
+    inflation_factor : float, default=0.0
+        ``α ≥ 0`` (0 = no inflation; 'simple' multiplies the covariance by ``1 + α`` per step).
+    svd : {'full', 'orth'}, default='full'
+        Rank truncation by a thin SVD, or (spherical only) the orthogonal-projection incremental
+        SVD of Alg. 8.
+    steady_state : bool, default=False
+        Spherical only: variance-preserving dynamics ``q = (1 − γ²) · prior_variance`` (F.2).
+    prior_variance : float, default=1.0
+        Prior covariance ``prior_variance · I`` (``Υ₀ = I / prior_variance``, ``W₀ = 0``).
+    obs_variance : float, array of shape (n_outputs,) or 'adaptive', default=1.0
+        Observation-noise variance of the Gaussian likelihood, or ``'adaptive'`` (spec/lofi.md C.2).
+    likelihood : {'gaussian', 'poisson'}, default='gaussian'
+        Observation model; 'poisson' uses a log link (counts).
+    process_noise : float, default=0.0
+        ``q`` of the dynamics ``θ_t = γ θ_{t−1} + N(0, q I)`` applied before every step.
+    decay : float, default=1.0
+        ``γ`` of the dynamics, in [0, 1].
+    n_epochs : int, default=1
+        Passes over the data in :meth:`fit` (``partial_fit`` always makes one).
+    shuffle : bool, default=False
+        Shuffle the rows before every pass after the first (the first is in row order).
+    batch_size : int, default=1
+        Rows per filter step: their ``B·C`` pseudo-observation columns are appended to ``W`` in one
+        update, linearised at the same predicted mean (faster, slightly less exact).
+    predictive : {'linearized', 'plugin', 'mc'}, default='linearized'
+        How the posterior predictive is computed (see ``FilterRegressorMixin``).
+    n_mc_samples : int, default=100
+        Parameter draws of the Monte-Carlo predictive (exact DLR sampler).
+    random_state : int, RandomState instance or None, default=None
+        Seeds the initial weights, the shuffles, the Monte-Carlo predictive and Alg. 8's order.
+    device : str or torch.device, default='cpu'
+        Where the belief lives and the filter runs ('cpu', 'cuda', 'cuda:1', …).
+    dtype : {None, 'float64', 'float32'}, default=None
+        ``None``: float64 on the CPU, float32 on a GPU.
+    verbose : int, default=0
+        Show a progress bar while fitting when > 0.
+    **module_kwargs
+        ``module__<name>=value``: constructor arguments of a ``module`` class.
+
+    Attributes
+    ----------
+    n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        Only when ``X`` had string column names.
+    n_params_ : int
+        ``P``, the number of parameters the filter learns.
+    module_ : torch.nn.Module
+        The network carrying the posterior mean.
+    posterior_ : skfilter.posteriors.Posterior
+        The belief ``N(μ, Σ)`` over the flat parameters: a read-only view (``covariance()``,
+        ``marginal_variance()``, ``sample()``) of the belief value ``posterior_.belief``.
+    filter_state_ : skfilter.filtering.FilterState
+        The fitted state (belief, noise state, rows seen), replaced whole after every step.
+    n_samples_seen_ : int
+        Rows conditioned on so far (every pass counts).
+    n_outputs_ : int
+    obs_variance_ : ndarray of shape (n_outputs,)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfilter import LoFiRegressor
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(200, 3)); y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=200)
+    >>> reg = LoFiRegressor(rank=5, hidden_layer_sizes=(20,), obs_variance=0.01, random_state=0)
+    >>> mean, std = reg.fit(X, y).predict(X[:2], return_std=True)
+    >>> mean.shape
+    (2,)
+    """
+
+    def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, rank=10,
+                 variant="diagonal", inflation=None, inflation_factor=0.0, svd="full", steady_state=False,
+                 prior_variance=1.0, obs_variance=1.0, likelihood="gaussian", process_noise=0.0, decay=1.0,
+                 n_epochs=1, shuffle=False, batch_size=1, predictive="linearized", n_mc_samples=100,
+                 random_state=None, device="cpu", dtype=None, verbose=0, **module_kwargs):
+        self._store_init_params(locals())
+
+
+class LoFiClassifier(_LoFiStructure, FilterClassifierMixin, BaseFilter):
+    """Neural-network classification by LoFi, the low-rank extended Kalman filter.
+
+    Parameters
+    ----------
     hidden_layer_sizes : tuple of int, default=(50,)
         Hidden widths of the default MLP (ignored when ``module`` is given).
     activation : {'relu', 'tanh', 'logistic', 'identity', 'elu'}, default='relu'
@@ -90,63 +192,37 @@ _LOFI_PARAMS = """
     batch_size : int, default=1
         Rows per filter step: their ``B·C`` pseudo-observation columns are appended to ``W`` in one
         update, linearised at the same predicted mean (faster, slightly less exact).
+    predictive : {'probit', 'plugin', 'mc'}, default='probit'
+        How class probabilities are computed (see ``FilterClassifierMixin``).
+    n_mc_samples : int, default=100
+        Parameter draws of the Monte-Carlo predictive (exact DLR sampler).
     random_state : int, RandomState instance or None, default=None
         Seeds the initial weights, the shuffles, the Monte-Carlo predictive and Alg. 8's order.
     device : str or torch.device, default='cpu'
+        Where the belief lives and the filter runs ('cpu', 'cuda', 'cuda:1', …).
     dtype : {None, 'float64', 'float32'}, default=None
         ``None``: float64 on the CPU, float32 on a GPU.
     verbose : int, default=0
         Show a progress bar while fitting when > 0.
-    n_mc_samples : int, default=100
-        Parameter draws of the Monte-Carlo predictive (exact DLR sampler).
     **module_kwargs
-        ``module__<name>=value``: constructor arguments of a ``module`` class."""
-
-
-class LoFiRegressor(_LoFiStructure, FilterRegressorMixin, BaseFilter):
-    __doc__ = f"""Neural-network regression by LoFi, the low-rank extended Kalman filter.
-
-    Parameters
-    ----------{_LOFI_PARAMS}
-    obs_variance : float, array of shape (n_outputs,) or 'adaptive', default=1.0
-        Observation-noise variance of the Gaussian likelihood, or ``'adaptive'`` (spec/lofi.md C.2).
-    likelihood : {{'gaussian', 'poisson'}}, default='gaussian'
-    predictive : {{'linearized', 'plugin', 'mc'}}, default='linearized'
+        ``module__<name>=value``: constructor arguments of a ``module`` class.
 
     Attributes
-    ----------{_COMMON_ATTRS}
-    n_outputs_ : int
-    obs_variance_ : ndarray of shape (n_outputs,)
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from skfilter import LoFiRegressor
-    >>> rng = np.random.default_rng(0)
-    >>> X = rng.normal(size=(200, 3)); y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=200)
-    >>> reg = LoFiRegressor(rank=5, hidden_layer_sizes=(20,), obs_variance=0.01, random_state=0)
-    >>> mean, std = reg.fit(X, y).predict(X[:2], return_std=True)
-    >>> mean.shape
-    (2,)
-    """
-
-    def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, rank=10,
-                 variant="diagonal", inflation=None, inflation_factor=0.0, svd="full", steady_state=False,
-                 prior_variance=1.0, obs_variance=1.0, likelihood="gaussian", process_noise=0.0, decay=1.0,
-                 n_epochs=1, shuffle=False, batch_size=1, predictive="linearized", n_mc_samples=100,
-                 random_state=None, device="cpu", dtype=None, verbose=0, **module_kwargs):
-        self._store_init_params(locals())
-
-
-class LoFiClassifier(_LoFiStructure, FilterClassifierMixin, BaseFilter):
-    __doc__ = f"""Neural-network classification by LoFi, the low-rank extended Kalman filter.
-
-    Parameters
-    ----------{_LOFI_PARAMS}
-    predictive : {{'probit', 'plugin', 'mc'}}, default='probit'
-
-    Attributes
-    ----------{_COMMON_ATTRS}
+    ----------
+    n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        Only when ``X`` had string column names.
+    n_params_ : int
+        ``P``, the number of parameters the filter learns.
+    module_ : torch.nn.Module
+        The network carrying the posterior mean.
+    posterior_ : skfilter.posteriors.Posterior
+        The belief ``N(μ, Σ)`` over the flat parameters: a read-only view (``covariance()``,
+        ``marginal_variance()``, ``sample()``) of the belief value ``posterior_.belief``.
+    filter_state_ : skfilter.filtering.FilterState
+        The fitted state (belief, noise state, rows seen), replaced whole after every step.
+    n_samples_seen_ : int
+        Rows conditioned on so far (every pass counts).
     classes_ : ndarray of shape (n_classes,)
 
     Examples

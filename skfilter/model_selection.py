@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from sklearn.base import is_classifier
-
 
 def prequential_predict(estimator, X, y, *, return_std=False, method="predict", sample_weight=None,
                         classes=None):
@@ -16,8 +14,10 @@ def prequential_predict(estimator, X, y, *, return_std=False, method="predict", 
 
     Parameters
     ----------
-    estimator : skfilter filter estimator
-        Left fitted on the whole stream.
+    estimator : skfilter estimator
+        A filter estimator or a replay baseline: anything with the method
+        ``prequential_fit_predict`` (which this function calls, and which documents the arguments
+        below per estimator kind). Left fitted on the whole stream.
     X : array-like of shape (n_samples, n_features)
     y : array-like of shape (n_samples,) or (n_samples, n_outputs)
     return_std : bool, default=False
@@ -47,10 +47,7 @@ def prequential_predict(estimator, X, y, *, return_std=False, method="predict", 
     >>> bool(abs(mean[-1] - y[-1]) < 3 * std[-1])
     True
     """
-    if not hasattr(estimator, "_prequential_output"):
+    if not hasattr(estimator, "prequential_fit_predict"):
         raise TypeError(f"prequential_predict needs a skfilter filter estimator, got {type(estimator).__name__}.")
-    if classes is not None and not is_classifier(estimator):
-        raise ValueError("classes only applies to classifiers.")
-    estimator._check_prequential_args(return_std, method)
-    rec = estimator._fit(X, y, sample_weight, reset=True, classes=classes, n_epochs=1, record=True)
-    return estimator._prequential_output(rec, return_std, method)
+    return estimator.prequential_fit_predict(X, y, return_std=return_std, method=method,
+                                             sample_weight=sample_weight, classes=classes)

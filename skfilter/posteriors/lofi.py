@@ -153,6 +153,25 @@ def lowrank_quadratic_form(ops, J, diagonal, low_rank):
     return quad - correction, ok
 
 
+def capacitance_factor(inv_diagonal, low_rank):
+    """The Woodbury capacitance of ``Σ = (Υ + W Wᵀ)⁻¹`` in torch, batch-generic over leading axes.
+
+    ``inv_diagonal`` is ``Υ⁻¹`` (``(..., P)``, or ``(..., 1)`` for spherical ``Υ = η I``) and
+    ``low_rank`` is ``Wᵀ`` (``(..., L, P)``, ``L ≥ 1``). Returns ``(UWT, Lc)``: the scaled factor
+    ``UWT = (Υ⁻¹ W)ᵀ`` (``(..., L, P)``) and the lower Cholesky factor ``Lc`` (``(..., L, L)``) of
+    ``M = I_L + Wᵀ Υ⁻¹ W``, so that ``Σ = Υ⁻¹ − UWTᵀ M⁻¹ UWT``. Raises
+    :class:`~skfilter.exceptions.FilterStepError` if ``M`` is not positive definite.
+
+    Used by the torch-side solves, marginal variances and samples of :class:`LowRankPrecision`;
+    :func:`lowrank_quadratic_form` and :func:`lofi_update` form their systems on their array
+    backend (NumPy views on the CPU) and stay there.
+    """
+    UWT = low_rank * inv_diagonal[..., None, :]
+    M = low_rank @ UWT.mT
+    M.diagonal(dim1=-2, dim2=-1).add_(1.0)
+    return UWT, cholesky_or_raise(M, "LoFi low-rank system")
+
+
 def _lower(F):
     return torch.tril(torch.as_tensor(np.ascontiguousarray(F)) if isinstance(F, np.ndarray) else F)
 
@@ -276,10 +295,7 @@ class LowRankPrecision(Structure):
         ui = 1.0 / ups
         if WT.shape[-2] == 0:
             return ui * v
-        UWT = WT * ui[..., None, :]
-        M = WT @ UWT.mT
-        M.diagonal(dim1=-2, dim2=-1).add_(1.0)
-        Lc = cholesky_or_raise(M, "LoFi low-rank system")
+        UWT, Lc = capacitance_factor(ui, WT)
         return ui * v - (UWT.mT @ torch.cholesky_solve((UWT @ v[..., None]), Lc, upper=False))[..., 0]
 
     def inflate(self, belief, kind, factor):
@@ -385,10 +401,7 @@ class LowRankPrecision(Structure):
         WT = belief.low_rank
         if WT.shape[-2] == 0:
             return ui.clone()
-        UWT = WT * ui[..., None, :]
-        M = WT @ UWT.mT
-        M.diagonal(dim1=-2, dim2=-1).add_(1.0)
-        Lc = cholesky_or_raise(M, "LoFi low-rank system")
+        UWT, Lc = capacitance_factor(ui, WT)
         A = torch.linalg.solve_triangular(Lc, UWT, upper=False)
         return ui - (A * A).sum(-2)
 
@@ -413,10 +426,7 @@ class LowRankPrecision(Structure):
         x = torch.randn(n_samples, P, generator=generator, **opts) * ui.sqrt()
         if L == 0:
             return belief.mean + x
-        UW = ui[:, None] * W
-        M = W.T @ UW
-        M.diagonal().add_(1.0)
-        Lc = cholesky_or_raise(M, "LoFi low-rank system")
-        Lm = torch.cholesky_solve(UW.T, Lc, upper=False).T  # Υ⁻¹ W M⁻¹ (M symmetric)
+        UWT, Lc = capacitance_factor(ui, belief.low_rank)
+        Lm = torch.cholesky_solve(UWT, Lc, upper=False).T  # Υ⁻¹ W M⁻¹ (M symmetric)
         eps = torch.randn(n_samples, L, generator=generator, **opts)
         return belief.mean + x + (eps - x @ W) @ Lm.T
