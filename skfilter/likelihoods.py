@@ -114,18 +114,19 @@ class Gaussian(Likelihood):
         resid2 = ((Y - f) ** 2).mean(dim=-1)  # (..., n)
         n = resid2.shape[-1]
         w = torch.ones(n, dtype=r.dtype, device=r.device) if w is None else w
-        totals = total + torch.cumsum(w, 0)
+        # rows on the last axis; weights (n,) or, from a weighting stage over hypotheses, (..., n)
+        totals = total[..., None] + torch.cumsum(w, -1)
         eps = torch.where(totals > 0, w / totals.clamp_min(_tiny(r.dtype)), torch.zeros_like(totals))
         if self.eps_min > 0:  # the floor applies to rows that count (w > 0) only
             eps = torch.where(w > 0, eps.clamp(min=self.eps_min), eps)
         if n == 1:
             r = (1 - eps) * r + eps * resid2
         else:
-            keep = torch.flip(torch.cumprod(torch.flip(1 - eps, (0,)), 0), (0,))  # Π_{j≥i} (1 − ε_j)
-            after = torch.cat([keep[1:], keep.new_ones(1)])  # Π_{j>i} (1 − ε_j)
-            r = keep[0] * r + ((eps * after) * resid2).sum(-1, keepdim=True)
+            keep = torch.flip(torch.cumprod(torch.flip(1 - eps, (-1,)), -1), (-1,))  # Π_{j≥i} (1 − ε_j)
+            after = torch.cat([keep[..., 1:], torch.ones_like(keep[..., :1])], -1)  # Π_{j>i} (1 − ε_j)
+            r = keep[..., :1] * r + ((eps * after) * resid2).sum(-1, keepdim=True)
         r = r.clamp_min(self.min_variance)
-        return {"r": r, "weight": totals[-1], "scale": r.rsqrt()[..., None]}
+        return {"r": r, "weight": totals[..., -1], "scale": r.rsqrt()[..., None]}
 
     def mean(self, f):
         return f
