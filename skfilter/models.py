@@ -17,6 +17,16 @@ The flat order is that of ``module.named_parameters()`` (for ``nn.Linear``: weig
 bias), so ``θ`` can be written back into the module with :meth:`ModuleAdapter.write_to_module`.
 Only trainable parameters (``requires_grad=True``) are in ``θ``; frozen ones are constants of ``h``.
 
+Hypotheses axes: ``forward`` and ``forward_jacobian`` take ``θ`` of shape ``(P,)`` or ``(..., P)``
+(e.g. ``K`` run-length hypotheses of a changepoint filter, or ``S`` posterior samples) and return
+``(..., n, C)`` and ``(..., n, C, P)`` in one batched call: broadcast matmuls on the fused path,
+``vmap`` over the flattened leading axes on the general one. A 1-d ``θ`` takes the unbatched code,
+unchanged (the per-step hot path).
+
+Parameter blocks: every adapter has :attr:`ModuleAdapter.blocks`, an ordered ``{name: index}``
+partition of ``0 … P−1`` (a ``slice`` when the block is contiguous in the flat order, else a 1-d
+``LongTensor``), used by per-block dynamics and block-diagonal posteriors.
+
 The default network (:func:`make_mlp`) uses LeCun-normal weights (truncated normal, variance
 ``1/fan_in``, as the papers' flax models) and zero biases (spec/lofi.md §2.0).
 """
@@ -25,6 +35,8 @@ from __future__ import annotations
 
 import copy
 import math
+import threading
+from collections import OrderedDict
 
 import torch
 from torch import nn
@@ -46,17 +58,10 @@ _TRUNC_STD = 0.87962566103423978
 def lecun_normal_(weight: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """Fill ``weight`` (``(out, in)``) with LeCun-normal values: truncated normal, Var = 1/fan_in."""
     fan_in = weight.shape[1]
+    # N(0, std²) truncated at ±2 std (of the untruncated normal): variance std² · _TRUNC_STD² = 1/fan_in
     std = math.sqrt(1.0 / fan_in) / _TRUNC_STD
     with torch.no_grad():
-        weight.normal_(0.0, 1.0, generator=generator)
-        # resample the (rare) values outside [-2, 2] standard deviations
-        for _ in range(100):
-            bad = weight.abs() > 2.0
-            if not bool(bad.any()):
-                break
-            weight[bad] = torch.randn(int(bad.sum()), generator=generator, dtype=weight.dtype,
-                                      device=weight.device)
-        weight.mul_(std)
+        torch.nn.init.trunc_normal_(weight, mean=0.0, std=std, a=-2.0 * std, b=2.0 * std, generator=generator)
     return weight
 
 
@@ -111,6 +116,10 @@ class ModuleAdapter:
         Used as is (the caller copies it); moved to ``device``/``dtype`` and put in eval mode.
     device : torch.device
     dtype : torch.dtype
+    n_inputs : int
+    blocks : dict, optional
+        ``{block_name: [parameter names]}`` (names as in ``module.named_parameters()``): a
+        partition of the learned parameters into named blocks. Default: :meth:`default_blocks`.
 
     Attributes
     ----------
@@ -118,9 +127,13 @@ class ModuleAdapter:
         ``P``, the length of ``θ``.
     n_outputs : int
         ``C``, the width of the module's output (a 1-d output counts as one).
+    blocks : OrderedDict
+        ``{name: index}`` partitioning ``0 … P−1``: a ``slice`` when the block's parameters are
+        contiguous in the flat order, else a 1-d ``LongTensor`` of their (increasing) positions.
     """
 
-    def __init__(self, module: nn.Module, device: torch.device, dtype: torch.dtype, n_inputs: int):
+    def __init__(self, module: nn.Module, device: torch.device, dtype: torch.dtype, n_inputs: int,
+                 blocks: dict | None = None):
         self.module = module.to(device=device, dtype=dtype).eval()
         self.device, self.dtype = device, dtype
         self._names, self._shapes, self._numels = [], [], []
@@ -139,9 +152,51 @@ class ModuleAdapter:
         for k in self._numels:
             self._offsets.append(self._offsets[-1] + k)
         self._buffers = {**dict(self.module.named_buffers()), **frozen}
+        self.blocks = self._resolve_blocks(self.default_blocks() if blocks is None else blocks)
         with torch.no_grad():
             probe = self.forward(self.initial_theta(), torch.zeros(1, n_inputs, device=device, dtype=dtype))
         self.n_outputs = int(probe.shape[1])
+
+    # -- parameter blocks --------------------------------------------------------------------
+    def default_blocks(self) -> dict:
+        """One block per top-level child (the first component of the parameter names), in flat
+        order; for an ``nn.Sequential`` ending in ``nn.Linear`` that layer's block is named
+        ``'last'`` (:func:`last_layer`)."""
+        last = last_layer(self.module)
+        groups: dict = OrderedDict()
+        for name in self._names:
+            head = name.split(".", 1)[0]
+            groups.setdefault("last" if head == last else head, []).append(name)
+        return groups
+
+    def _resolve_blocks(self, mapping: dict) -> OrderedDict:
+        """``{block: [parameter names]}`` → ``{block: slice or LongTensor}``, validated."""
+        position = {name: j for j, name in enumerate(self._names)}
+        owner: dict = {}
+        out = OrderedDict()
+        for block, names in mapping.items():
+            if isinstance(names, str):
+                names = [names]
+            names = list(names)
+            if not names:
+                raise ValueError(f"Parameter block {block!r} is empty.")
+            for name in names:
+                if name not in position:
+                    raise ValueError(
+                        f"Parameter block {block!r} names {name!r}, which is not a learned parameter of "
+                        f"the module; the learned parameters are {self._names}.")
+                if name in owner:
+                    raise ValueError(f"Parameter {name!r} is in two blocks: {owner[name]!r} and {block!r}.")
+                owner[name] = block
+            js = sorted(position[name] for name in names)
+            if js == list(range(js[0], js[-1] + 1)):
+                out[block] = slice(self._offsets[js[0]], self._offsets[js[-1] + 1])
+            else:
+                out[block] = torch.cat([torch.arange(self._offsets[j], self._offsets[j + 1]) for j in js])
+        missing = [name for name in self._names if name not in owner]
+        if missing:
+            raise ValueError(f"The parameter blocks must cover every learned parameter; missing: {missing}.")
+        return out
 
     # -- flat θ ------------------------------------------------------------------------------
     def initial_theta(self) -> torch.Tensor:
@@ -172,24 +227,38 @@ class ModuleAdapter:
             params = {**params, **self._buffers}
         return torch.func.functional_call(self.module, params, (X,))
 
+    def _forward1(self, theta, X):
+        return self._call(theta, X).reshape(X.shape[0], -1)
+
     def forward(self, theta: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
-        """``h(θ, X)`` with shape ``(n, C)``."""
-        out = self._call(theta, X)
-        return out.reshape(X.shape[0], -1)
+        """``h(θ, X)``: shape ``(n, C)`` for ``θ (P,)``, ``(..., n, C)`` for ``θ (..., P)`` (``vmap``
+        over the flattened leading axes)."""
+        if theta.dim() == 1:
+            return self._forward1(theta, X)
+        lead = theta.shape[:-1]
+        flat = theta.reshape(-1, theta.shape[-1])
+        out = torch.func.vmap(self._forward1, in_dims=(0, None))(flat, X)
+        return out.reshape(*lead, *out.shape[1:])
 
     def forward_batch(self, thetas: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
         """``h(θ_s, X)`` for S parameter vectors ``thetas`` (S, P): shape ``(S, n, C)``."""
-        return torch.stack([self.forward(t, X) for t in thetas])
+        return self.forward(thetas, X)
 
     def forward_jacobian(self, theta: torch.Tensor, X: torch.Tensor):
-        """Outputs ``(n, C)`` and Jacobians ``∂h(θ, x_i)/∂θ`` of shape ``(n, C, P)`` at ``θ``."""
+        """Outputs ``(n, C)`` and Jacobians ``∂h(θ, x_i)/∂θ`` of shape ``(n, C, P)`` at ``θ (P,)``;
+        ``(..., n, C)`` and ``(..., n, C, P)`` for ``θ (..., P)``."""
 
         def single(th, x):
             out = self._call(th, x.unsqueeze(0)).reshape(-1)
             return out, out
 
-        jac, out = torch.func.vmap(torch.func.jacrev(single, has_aux=True), in_dims=(None, 0))(theta, X)
-        return out.detach(), jac.detach()
+        rows = torch.func.vmap(torch.func.jacrev(single, has_aux=True), in_dims=(None, 0))
+        if theta.dim() == 1:
+            jac, out = rows(theta, X)
+            return out.detach(), jac.detach()
+        lead = theta.shape[:-1]
+        jac, out = torch.func.vmap(rows, in_dims=(0, None))(theta.reshape(-1, theta.shape[-1]), X)
+        return out.detach().reshape(*lead, *out.shape[1:]), jac.detach().reshape(*lead, *jac.shape[1:])
 
 
 class MLPAdapter(ModuleAdapter):
@@ -199,14 +268,21 @@ class MLPAdapter(ModuleAdapter):
     which picks this path when the module qualifies and the general one otherwise.
     """
 
-    def __init__(self, module: nn.Sequential, device, dtype, n_inputs: int):
+    def __init__(self, module: nn.Sequential, device, dtype, n_inputs: int, blocks: dict | None = None):
         children = list(module.children())
         self._acts = [type(m) for m in children[1::2]]
         self._act_names = [_ACT_NAMES[a] for a in self._acts]
         #: 'numpy': the Jacobian of CPU tensors on NumPy views (:mod:`skfilter._array_ops`); 'torch'
         self.cpu_backend = "numpy"
         self._layer_shapes = [tuple(m.weight.shape) for m in children[0::2]]
-        super().__init__(module, device, dtype, n_inputs)
+        super().__init__(module, device, dtype, n_inputs, blocks)
+
+    def default_blocks(self) -> dict:
+        """``{'hidden': all layers but the last, 'last': the last Linear's weight and bias}``
+        (only ``'last'`` without hidden layers)."""
+        if len(self._names) == 2:
+            return OrderedDict(last=list(self._names))
+        return OrderedDict(hidden=self._names[:-2], last=self._names[-2:])
 
     @staticmethod
     def supports(module: nn.Module) -> bool:
@@ -230,26 +306,15 @@ class MLPAdapter(ModuleAdapter):
 
     def forward(self, theta, X):
         """``h(θ, X)`` by the forward pass of :func:`mlp_forward_jacobian` (same backend, so the
-        same rounding as the outputs returned with the Jacobian)."""
+        same rounding as the outputs returned with the Jacobian); ``θ (..., P)`` gives ``(..., n, C)``."""
         ops = ops_for(theta, prefer_numpy=self.cpu_backend == "numpy")
         theta_, X_ = as_numpy(ops, theta, X)
         z = _mlp_pass(ops, _mlp_layers(theta_, self._layer_shapes)[0], X_, self._act_names)[0]
         return as_tensor(ops, z)[0]
 
     def forward_batch(self, thetas, X):
-        """``h(θ_s, X)`` for S parameter vectors at once with batched matmuls: ``(S, n, C)``."""
-        a = X.unsqueeze(0)
-        k = 0
-        n_layers = len(self._layer_shapes)
-        for l, (o, i) in enumerate(self._layer_shapes):
-            W = thetas[:, k:k + o * i].view(-1, o, i)
-            k += o * i
-            b = thetas[:, k:k + o]
-            k += o
-            a = torch.baddbmm(b.unsqueeze(1), a.expand(W.shape[0], -1, -1), W.transpose(1, 2))
-            if l < n_layers - 1:
-                a = _ACT_FWD[self._acts[l]](a)
-        return a
+        """``h(θ_s, X)`` for S parameter vectors at once (batched :meth:`forward`): ``(S, n, C)``."""
+        return self.forward(thetas, X)
 
     def forward_jacobian(self, theta, X):
         """:func:`mlp_forward_jacobian` on NumPy views of CPU tensors (lower per-operation overhead,
@@ -261,22 +326,34 @@ class MLPAdapter(ModuleAdapter):
 
 
 def _mlp_layers(theta, layer_shapes):
-    """Views ``(W_l, b_l)`` of the flat ``θ`` and the offset of each layer's block."""
+    """Views ``(W_l (..., o, i), b_l (..., o))`` of the flat ``θ (..., P)`` and the offset of each
+    layer's block."""
     layers, offsets, k = [], [], 0
+    if theta.ndim == 1:  # the per-step hot path: plain slices
+        for o, i in layer_shapes:
+            offsets.append(k)
+            layers.append((theta[k:k + o * i].reshape(o, i), theta[k + o * i:k + o * i + o]))
+            k += o * i + o
+        return layers, offsets
+    lead = tuple(theta.shape[:-1])
     for o, i in layer_shapes:
         offsets.append(k)
-        layers.append((theta[k:k + o * i].reshape(o, i), theta[k + o * i:k + o * i + o]))
+        layers.append((theta[..., k:k + o * i].reshape(lead + (o, i)), theta[..., k + o * i:k + o * i + o]))
         k += o * i + o
     return layers, offsets
 
 
 def _mlp_pass(ops, layers, X, activations):
     """Forward pass: the output ``z_L``, the activations ``[a_0 = X, a_1, …]`` and the hidden
-    pre-activations ``[z_1, …, z_{L−1}]``."""
+    pre-activations ``[z_1, …, z_{L−1}]``; with leading axes on the layers (``W (..., o, i)``),
+    those of ``a_1, …`` and ``z`` are ``(..., n, width)`` (``X (n, D)`` is shared)."""
     acts, pre = [X], []
     a = X
     for l, (W, b) in enumerate(layers):
-        z = a @ W.T + b
+        if W.ndim == 2:
+            z = a @ W.T + b
+        else:
+            z = a @ W.swapaxes(-1, -2) + b[..., None, :]
         if l < len(layers) - 1:
             pre.append(z)
             a = ops.activation(activations[l], z)
@@ -285,7 +362,8 @@ def _mlp_pass(ops, layers, X, activations):
 
 
 def mlp_forward_jacobian(ops, theta, X, layer_shapes, activations):
-    """Outputs ``f (n, C)`` and Jacobians ``J = ∂f/∂θ (n, C, P)`` of an MLP, by hand (module doc).
+    """Outputs ``f (n, C)`` and Jacobians ``J = ∂f/∂θ (n, C, P)`` of an MLP, by hand (module doc);
+    for ``θ (..., P)`` (hypotheses axes) ``f (..., n, C)`` and ``J (..., n, C, P)``, in one batched pass.
 
     With ``z_l = a_{l−1} W_lᵀ + b_l``, ``a_l = φ_l(z_l)`` (``a_0 = X``) and ``f = z_L``: the
     sensitivities ``δ_L = I_C``, ``δ_l = (δ_{l+1} W_{l+1}) ⊙ φ_l'(z_l)`` (``(n, C, width)``), and
@@ -294,6 +372,8 @@ def mlp_forward_jacobian(ops, theta, X, layer_shapes, activations):
     ``ops`` is the array backend (:mod:`skfilter._array_ops`); ``layer_shapes`` the ``(out, in)``
     of each layer; ``activations`` the names of the ``L − 1`` hidden activations.
     """
+    if theta.ndim != 1:
+        return _mlp_forward_jacobian_batched(ops, theta, X, layer_shapes, activations)
     n = X.shape[0]
     layers, offsets = _mlp_layers(theta, layer_shapes)
     z, acts, pre = _mlp_pass(ops, layers, X, activations)
@@ -323,27 +403,63 @@ def mlp_forward_jacobian(ops, theta, X, layer_shapes, activations):
     return z, J
 
 
-def _elu(z):
-    return torch.nn.functional.elu(z)
+def _mlp_forward_jacobian_batched(ops, theta, X, layer_shapes, activations):
+    """:func:`mlp_forward_jacobian` for ``θ (..., P)``: the same recursion with leading axes on the
+    weights, activations and sensitivities (``X (n, D)`` shared, broadcast)."""
+    n = X.shape[0]
+    lead = tuple(theta.shape[:-1])
+    layers, offsets = _mlp_layers(theta, layer_shapes)
+    z, acts, pre = _mlp_pass(ops, layers, X, activations)
+    C = z.shape[-1]
+    J = ops.empty(lead + (n, C, theta.shape[-1]), like=X)
+    o, i = layer_shapes[-1]
+    k = offsets[-1]
+    if C == 1:
+        J[..., 0, k:k + i] = acts[-1]
+        J[..., 0, k + i] = 1.0
+    else:
+        eye = ops.eye(C, like=X)
+        a = acts[-1]
+        J[..., k:k + o * i] = (eye[:, :, None] * a[..., None, None, :]).reshape(a.shape[:-1] + (C, o * i))
+        J[..., k + o * i:k + o * i + o] = eye
+    delta = None
+    for l in range(len(layers) - 2, -1, -1):
+        W_next = layers[l + 1][0][..., None, :, :]  # (..., 1, C or width, width)
+        d_act = ops.activation_derivative(activations[l], pre[l], acts[l + 1])
+        delta = W_next if delta is None else delta @ W_next  # (..., n or 1, C, width)
+        if d_act is not None:
+            delta = delta * d_act[..., None, :]
+        o, i = layer_shapes[l]
+        k = offsets[l]
+        prod = delta[..., None] * acts[l][..., None, None, :]  # (..., n, C, o, i)
+        J[..., k:k + o * i] = prod.reshape(prod.shape[:-2] + (o * i,))
+        J[..., k + o * i:k + o * i + o] = delta
+    return z, J
 
-
-_ACT_FWD = {
-    nn.ReLU: torch.relu,
-    nn.Tanh: torch.tanh,
-    nn.Sigmoid: torch.sigmoid,
-    nn.Identity: lambda z: z,
-    nn.ELU: _elu,
-}
 
 #: activation module class → its name in :data:`ACTIVATIONS` (the fused path's supported set)
 _ACT_NAMES = {cls: name for name, cls in ACTIVATIONS.items()}
 
 
-def make_adapter(module: nn.Module, device, dtype, n_inputs: int, fused: bool = True) -> ModuleAdapter:
-    """Wrap ``module`` in the fused :class:`MLPAdapter` when it qualifies, else :class:`ModuleAdapter`."""
+def last_layer(module: nn.Module) -> str | None:
+    """The child name of the final ``nn.Linear`` of an ``nn.Sequential`` ending in one, else None."""
+    if not isinstance(module, nn.Sequential) or not len(module):
+        return None
+    name, child = list(module.named_children())[-1]
+    return name if type(child) is nn.Linear else None
+
+
+def make_adapter(module: nn.Module, device, dtype, n_inputs: int, fused: bool = True,
+                 blocks: dict | None = None) -> ModuleAdapter:
+    """Wrap ``module`` in the fused :class:`MLPAdapter` when it qualifies, else :class:`ModuleAdapter`;
+    ``blocks`` (``{block: [parameter names]}``) overrides the default parameter blocks."""
     if fused and MLPAdapter.supports(module):
-        return MLPAdapter(module, device, dtype, n_inputs)
-    return ModuleAdapter(module, device, dtype, n_inputs)
+        return MLPAdapter(module, device, dtype, n_inputs, blocks)
+    return ModuleAdapter(module, device, dtype, n_inputs, blocks)
+
+
+#: serialises :func:`build_module`'s seeded construction of module classes (see there)
+_BUILD_LOCK = threading.RLock()
 
 
 def build_module(module, module_kwargs: dict, *, n_inputs: int, n_outputs: int,
@@ -352,7 +468,13 @@ def build_module(module, module_kwargs: dict, *, n_inputs: int, n_outputs: int,
 
     * ``None``: the default MLP (:func:`make_mlp`), seeded by ``seed``.
     * a :class:`torch.nn.Module` subclass: instantiated with ``module_kwargs`` (the estimator's
-      ``module__<name>`` parameters) under ``torch`` RNG state seeded by ``seed``.
+      ``module__<name>`` parameters) under ``torch`` RNG state seeded by ``seed``. A user's class
+      draws its initial weights from torch's *global* CPU generator in ``__init__`` (we cannot hand
+      it a generator), and ``fork_rng`` + ``manual_seed`` only save, seed and restore that one global
+      state: two threads doing so at once interleave their draws (the same seed gave different
+      weights in threaded fits). The seed-and-construct therefore runs under a module-level lock.
+      (Code outside :func:`build_module` that draws from the global generator at the same time can
+      still interfere; the default MLP uses its own ``torch.Generator`` and needs no lock.)
     * an instance: deep-copied; its current weights are the prior mean and are never re-initialised.
     """
     if module is None:
@@ -360,7 +482,7 @@ def build_module(module, module_kwargs: dict, *, n_inputs: int, n_outputs: int,
             raise ValueError("module__* parameters were given but module is None.")
         return make_mlp(n_inputs, hidden_layer_sizes, n_outputs, activation, seed)
     if isinstance(module, type) and issubclass(module, nn.Module):
-        with torch.random.fork_rng(devices=[]):
+        with _BUILD_LOCK, torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             return module(**module_kwargs)
     if isinstance(module, nn.Module):

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import copy
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from skfilter.models import ModuleAdapter, MLPAdapter, build_module, make_adapter, make_mlp
+from skfilter.models import ModuleAdapter, MLPAdapter, build_module, last_layer, make_adapter, make_mlp
 
 CPU = torch.device("cpu")
 F64 = torch.float64
@@ -366,3 +367,155 @@ def test_jacobian_of_linear_model_is_the_design_row():
     W = theta[:C * D].view(C, D)
     b = theta[C * D:]
     torch.testing.assert_close(f, X @ W.T + b, rtol=1e-14, atol=1e-14)
+
+
+# ---------------------------------------------------------------------------------------------
+# hypotheses axes: θ (..., P) in one batched call
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("path", ["numpy", "torch", "general"])
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("n_outputs", [1, 3])
+@pytest.mark.parametrize("hidden", HIDDEN, ids=["linear", "1hidden", "2hidden"])
+def test_batched_forward_jacobian_equals_separate_calls(path, activation, n_outputs, hidden):
+    """K = 3 different θ in one call == 3 calls (fused NumPy / torch backends, general path)."""
+    D, n, K = 4, 5, 3
+    ad = make_adapter(make_mlp(D, hidden, n_outputs, activation, seed=1), CPU, F64, D,
+                      fused=path != "general")
+    if path != "general":
+        ad.cpu_backend = path
+    thetas = torch.stack([_random_theta(ad.n_params, seed=20 + k) for k in range(K)])
+    X = _random_X(n, D, seed=3)
+    f, J = ad.forward_jacobian(thetas, X)
+    assert f.shape == (K, n, n_outputs) and J.shape == (K, n, n_outputs, ad.n_params)
+    out = ad.forward(thetas, X)
+    assert out.shape == (K, n, n_outputs)
+    torch.testing.assert_close(ad.forward_batch(thetas, X), out, rtol=0, atol=0)
+    for k in range(K):
+        fk, Jk = ad.forward_jacobian(thetas[k], X)
+        torch.testing.assert_close(f[k], fk, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(J[k], Jk, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(out[k], fk, rtol=1e-12, atol=1e-12)
+    # any leading shape: (2, 3, P)
+    thetas2 = torch.stack([thetas, thetas.flip(0)])
+    f2, J2 = ad.forward_jacobian(thetas2, X)
+    assert f2.shape == (2, K, n, n_outputs) and J2.shape == (2, K, n, n_outputs, ad.n_params)
+    torch.testing.assert_close(f2[1], f.flip(0), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(J2[1], J.flip(0), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(ad.forward(thetas2, X)[0], out, rtol=1e-12, atol=1e-12)
+
+
+def test_batched_forward_jacobian_custom_module():
+    ad = make_adapter(TwoLinear().double(), CPU, F64, 3)
+    thetas = torch.stack([_random_theta(ad.n_params, seed=k) for k in range(3)])
+    X = _random_X(4, 3, seed=1)
+    f, J = ad.forward_jacobian(thetas, X)
+    for k in range(3):
+        fk, Jk = ad.forward_jacobian(thetas[k], X)
+        torch.testing.assert_close(f[k], fk, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(J[k], Jk, rtol=1e-12, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# parameter blocks
+# ---------------------------------------------------------------------------------------------
+def _assert_partition(blocks, n_params):
+    idx = torch.cat([torch.arange(n_params)[ix] for ix in blocks.values()])
+    assert torch.equal(idx.sort().values, torch.arange(n_params))
+
+
+def test_blocks_of_the_default_mlp():
+    ad = make_adapter(make_mlp(8, (50,), 1, "relu"), CPU, F64, 8)
+    assert type(ad) is MLPAdapter
+    assert list(ad.blocks) == ["hidden", "last"]
+    assert ad.blocks["hidden"] == slice(0, 8 * 50 + 50)
+    assert ad.blocks["last"] == slice(450, 501) and ad.n_params == 501
+    ad = make_adapter(make_mlp(3, (4, 5), 2, "tanh"), CPU, F64, 3)
+    k = 3 * 4 + 4 + 4 * 5 + 5
+    assert ad.blocks == {"hidden": slice(0, k), "last": slice(k, ad.n_params)}
+    ad = make_adapter(make_mlp(3, (), 2, "identity"), CPU, F64, 3)
+    assert ad.blocks == {"last": slice(0, 8)}
+
+
+def test_blocks_of_a_sequential_through_module_adapter():
+    net = make_mlp(3, (4, 5), 2, "tanh")
+    assert last_layer(net) == "4"
+    ad = make_adapter(net, CPU, F64, 3, fused=False)
+    assert list(ad.blocks) == ["0", "2", "last"]
+    assert ad.blocks["0"] == slice(0, 16) and ad.blocks["2"] == slice(16, 41)
+    assert ad.blocks["last"] == slice(41, 53) and ad.n_params == 53
+    # not ending in Linear: no 'last'
+    net = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2), nn.Tanh()).double()
+    assert last_layer(net) is None
+    ad = make_adapter(net, CPU, F64, 3)
+    assert list(ad.blocks) == ["0", "2"]
+    _assert_partition(ad.blocks, ad.n_params)
+
+
+def test_blocks_of_a_custom_module_and_user_mapping():
+    ad = make_adapter(TwoLinear().double(), CPU, F64, 3)
+    assert last_layer(ad.module) is None
+    # parameters: skip (6), inner.weight (12), inner.bias (4), outer.weight (8)
+    assert ad.blocks == {"skip": slice(0, 6), "inner": slice(6, 22), "outer": slice(22, 30)}
+    user = {"net": ["inner.weight", "inner.bias", "outer.weight"], "skip": ["skip"]}
+    ad = make_adapter(TwoLinear().double(), CPU, F64, 3, blocks=user)
+    assert list(ad.blocks) == ["net", "skip"]
+    assert ad.blocks["net"] == slice(6, 30) and ad.blocks["skip"] == slice(0, 6)
+    # not contiguous in the flat order: an index tensor
+    user = {"a": ["skip", "outer.weight"], "b": ["inner.weight", "inner.bias"]}
+    ad = make_adapter(TwoLinear().double(), CPU, F64, 3, blocks=user)
+    assert ad.blocks["a"].dtype == torch.long
+    assert torch.equal(ad.blocks["a"], torch.cat([torch.arange(0, 6), torch.arange(22, 30)]))
+    assert ad.blocks["b"] == slice(6, 22)
+    _assert_partition(ad.blocks, ad.n_params)
+    # a user mapping on the fused path
+    ad = make_adapter(make_mlp(3, (4,), 1, "relu"), CPU, F64, 3,
+                      blocks={"w": ["0.weight", "2.weight"], "b": ["0.bias", "2.bias"]})
+    assert type(ad) is MLPAdapter and list(ad.blocks) == ["w", "b"]
+    _assert_partition(ad.blocks, ad.n_params)
+
+
+@pytest.mark.parametrize("blocks, match", [
+    ({"a": ["skip", "inner.weight"]}, "missing"),
+    ({"a": ["skip", "inner.weight", "inner.bias"], "b": ["outer.weight", "skip"]}, "two blocks"),
+    ({"a": ["skip", "inner.weight", "inner.bias", "outer.weight", "nope"]}, "not a learned parameter"),
+    ({"a": ["skip", "inner.weight", "inner.bias", "outer.weight"], "b": []}, "empty"),
+])
+def test_bad_block_mappings_are_rejected(blocks, match):
+    with pytest.raises(ValueError, match=match):
+        make_adapter(TwoLinear().double(), CPU, F64, 3, blocks=blocks)
+
+
+def test_frozen_parameters_are_not_in_blocks():
+    net = TwoLinear().double()
+    net.skip.requires_grad_(False)
+    ad = make_adapter(net, CPU, F64, 3)
+    assert ad.blocks == {"inner": slice(0, 16), "outer": slice(16, 24)}
+    with pytest.raises(ValueError, match="not a learned parameter"):
+        make_adapter(net, CPU, F64, 3, blocks={"a": ["skip", "inner.weight", "inner.bias", "outer.weight"]})
+
+
+# ---------------------------------------------------------------------------------------------
+# build_module under threads
+# ---------------------------------------------------------------------------------------------
+class _SlowInit(nn.Module):
+    """Draws from the global RNG in several steps (room for threads to interleave)."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(6, 6) for _ in range(5))
+        self.extra = nn.Parameter(torch.randn(40))
+
+
+def test_build_module_is_deterministic_under_threads():
+    def build(seed):
+        m = build_module(_SlowInit, {}, n_inputs=6, n_outputs=6, hidden_layer_sizes=(),
+                         activation="relu", seed=seed)
+        return torch.cat([p.detach().reshape(-1) for p in m.parameters()])
+
+    seeds = [s % 4 for s in range(30)]
+    expected = {s: build(s) for s in set(seeds)}
+    assert not torch.equal(expected[0], expected[1])
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(build, seeds))
+    for s, r in zip(seeds, results):
+        assert torch.equal(r, expected[s])
