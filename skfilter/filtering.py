@@ -34,6 +34,7 @@ zero-copy NumPy views (:mod:`skfilter._array_ops`).
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable, NamedTuple, Optional
 
 import torch
@@ -95,7 +96,7 @@ def _host_structure(structure, belief) -> bool:
     return uses is not None and uses(belief)
 
 
-def filter_step(parts: EngineParts, state: FilterState, X, Y, sample_weight=None, record=None):
+def filter_step(parts: EngineParts, state: FilterState, X, Y, sample_weight=None, record=None, workspace=None):
     """One filter step on rows ``X (B, D)``, targets ``Y (B, C)``, ``sample_weight (B,)`` or None.
 
     Returns ``(new_state, StepOutput)`` (module docstring for the stages). ``record``, if given, is
@@ -103,12 +104,15 @@ def filter_step(parts: EngineParts, state: FilterState, X, Y, sample_weight=None
     rows — model output ``f`` and ``J Σ⁻ Jᵀ`` at the predicted belief, the noise state before this
     step, and the predicted belief itself.
     Raises :class:`~skfilter.exceptions.FilterStepError` on a numerical failure; ``state`` is a value
-    and is never modified.
+    and is never modified. ``workspace``: a dead belief whose memory the new one may reuse
+    (:meth:`~skfilter.posteriors.Structure.update`; :func:`run_filter` passes the belief of two steps
+    back when nothing references it).
     """
     structure, likelihood = parts.structure, parts.likelihood
     belief, noise = state.belief, state.noise
     # 1. dynamics
-    predicted = apply_dynamics(structure, belief, parts.dynamics, parts.reference)
+    dynamics = parts.dynamics
+    predicted = belief if dynamics.is_static else apply_dynamics(structure, belief, dynamics, parts.reference)
     # 2. linearise at the predicted mean(s)
     f, J = parts.adapter.forward_jacobian(predicted.mean, X)
     # 3. prior predictive
@@ -147,11 +151,17 @@ def filter_step(parts: EngineParts, state: FilterState, X, Y, sample_weight=None
     ew = ew.reshape(*batch, n * m)
     active = getattr(parts.adapter, "active_blocks", None)
     if active is not None and hasattr(structure, "names"):
-        new_belief, info = structure.update(predicted, Hw, ew, active=active(X))
+        new_belief, info = structure.update(predicted, Hw, ew, workspace=workspace, active=active(X))
     else:
-        new_belief, info = structure.update(predicted, Hw, ew)
+        new_belief, info = structure.update(predicted, Hw, ew, workspace=workspace)
     out = record(X, f, quad, noise, predicted) if record is not None else None
     return FilterState(new_belief, new_noise, state.n_seen + n), StepOutput(info, robust, out)
+
+
+def _is_dead(belief) -> bool:
+    """Whether ``belief`` is referenced only by the caller's variable (and this call's argument), so
+    that its memory may be reused; ``on_step`` callbacks, which could keep beliefs, disable reuse."""
+    return sys.getrefcount(belief) <= 3
 
 
 def run_filter(parts: EngineParts, state: FilterState, X, Y, sample_weight=None, batch_size=1,
@@ -167,12 +177,19 @@ def run_filter(parts: EngineParts, state: FilterState, X, Y, sample_weight=None,
     """
     outs = []
     start = state.n_seen
+    initial = state.belief  # held by the caller: never a workspace
+    previous = None
     # the row blocks as views, made at once (cheaper than slicing at every step)
     Xs, Ys = X.split(batch_size), Y.split(batch_size)
     ws = [None] * len(Xs) if sample_weight is None else sample_weight.split(batch_size)
     try:
         for Xb, Yb, wb in zip(Xs, Ys, ws):
-            new_state, output = filter_step(parts, state, Xb, Yb, wb, record)
+            workspace = None
+            if previous is not None and previous is not initial and on_step is None and _is_dead(previous):
+                workspace = previous
+            previous = None
+            new_state, output = filter_step(parts, state, Xb, Yb, wb, record, workspace)
+            previous = state.belief
             state = new_state  # one assignment: the step is installed whole or not at all
             if record is not None:
                 outs.append(output.record)

@@ -130,12 +130,14 @@ class Structure(abc.ABC):
         ``(P,)`` tensor); ``mean`` may carry hypotheses axes."""
 
     @abc.abstractmethod
-    def update(self, belief, Hw, ew):
+    def update(self, belief, Hw, ew, workspace=None):
         """Condition on ``Hw θ ≈ ew`` with unit noise: ``Hw (..., m, P)``, ``ew (..., m)``.
 
         Returns ``(belief, info)`` with ``info`` an :class:`UpdateInfo`. Raises
         :class:`~skfilter.exceptions.FilterStepError` (and returns nothing) when the result is not
-        finite or a matrix that must be positive definite is not.
+        finite or a matrix that must be positive definite is not. ``workspace``, if given, is a
+        *dead* belief of this structure (nothing references it any more; the engine checks) whose
+        large arrays the new belief may be written into instead of fresh memory — never ``belief``.
         """
 
     @abc.abstractmethod

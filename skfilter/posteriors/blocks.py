@@ -107,7 +107,7 @@ class BlockDiagonal(Structure):
         blocks = tuple(s.inflate(b, kind, factor) for s, b in zip(self.structures, belief.blocks))
         return BlockBelief(self._assemble([b.mean for b in blocks], belief.mean), blocks)
 
-    def update(self, belief, Hw, ew, active=None):
+    def update(self, belief, Hw, ew, workspace=None, active=None):
         """Decoupled update of the blocks (module docstring); ``active`` (names) limits it to the
         blocks a row involves (the others must have zero rows in ``Hw``)."""
         Hw, ew = torch.as_tensor(Hw), torch.as_tensor(ew)
@@ -127,7 +127,8 @@ class BlockDiagonal(Structure):
                 check_step([Cb], info=info, what="block noise covariance")
                 Hb = torch.linalg.solve_triangular(Cb, H[i], upper=False)
                 eb = torch.linalg.solve_triangular(Cb, ew.unsqueeze(-1), upper=False)[..., 0]
-            blocks[i], _ = self.structures[i].update(blocks[i], Hb, eb)
+            spare = None if workspace is None else workspace.blocks[i]
+            blocks[i], _ = self.structures[i].update(blocks[i], Hb, eb, workspace=spare)
         blocks = tuple(blocks)
         mean = self._assemble([b.mean for b in blocks], belief.mean)
 

@@ -16,13 +16,19 @@ class DiagonalBelief(NamedTuple):
     var: torch.Tensor
 
 
+def _as_matrix(C):
+    return C.reshape(1, 1) if C.dim() == 0 else C
+
+
 def _innovation(Hw, v, ew):
     """Whitened innovation factor: ``(C, Z, s)`` with ``S = I + Hw diag(v) Hwᵀ = C Cᵀ`` and
-    ``Z = C⁻¹ Hw diag(v)``; ``m = 1`` without factorisation (``info`` None)."""
-    HV = Hw * v[..., None, :]
+    ``Z = C⁻¹ Hw diag(v)``; ``m = 1`` without factorisation (``info`` None; for one belief ``C`` is
+    then the scalar ``√S``)."""
     if Hw.dim() == 2 and Hw.shape[0] == 1:  # one belief, one row: fewest operations
+        HV = Hw * v
         s = torch.dot(HV[0], Hw[0]).add_(1.0).sqrt_()
-        return s.reshape(1, 1), HV / s, None
+        return s, HV / s, None
+    HV = Hw * v[..., None, :]
     if Hw.shape[-2] == 1:  # scalar innovation (NaN if S < 0, caught by the step's check)
         s = ((HV[..., 0, :] * Hw[..., 0, :]).sum(-1) + 1.0).sqrt()
         C = s[..., None, None]
@@ -89,13 +95,13 @@ class DiagonalCovariance(Structure):
             var = var + Q
         return DiagonalBelief(mean, var)
 
-    def update(self, belief, Hw, ew):
+    def update(self, belief, Hw, ew, workspace=None):
         mu, v = belief
         C = info = None
         if self.projection == "fd" or self.vd_mean == "exact":
             C, Z, info = _innovation(Hw, v, ew)
-            if Hw.dim() == 2 and Hw.shape[0] == 1:
-                mu = mu + Z[0] * (ew[0] / C[0, 0])
+            if C.dim() == 0:  # the scalar path: C = √S
+                mu = mu + Z[0] * (ew[0] / C)
             elif Hw.shape[-2] == 1:
                 mu = mu + Z[..., 0, :] * (ew[..., 0] / C[..., 0, 0])[..., None]
             else:
@@ -109,7 +115,12 @@ class DiagonalCovariance(Structure):
                 Hte = Hw.T @ ew if Hw.dim() == 2 else (Hw.mT @ ew.unsqueeze(-1))[..., 0]
                 mu = mu + new_var * Hte
         check_step([mu] + ([] if C is None else [C]), positive=new_var, info=info)
-        factor = (lambda: (C, ew)) if C is not None else (lambda: (_innovation(Hw, v, ew)[0], ew))
+        if C is None:
+            def factor():
+                return _as_matrix(_innovation(Hw, v, ew)[0]), ew
+        else:
+            def factor():
+                return _as_matrix(C), ew
         return DiagonalBelief(mu, new_var), UpdateInfo(factor)
 
     def quadratic_form(self, belief, J):

@@ -67,7 +67,7 @@ class FullCovariance(Structure):
             cov = _add_diagonal(cov, Q)
         return FullBelief(mean, cov)
 
-    def update(self, belief, Hw, ew):
+    def update(self, belief, Hw, ew, workspace=None):
         mean, cov = belief
         m = Hw.shape[-2]
         SH = cov @ Hw.mT  # Σ Hwᵀ (Σ symmetric), (..., P, m)
@@ -75,7 +75,7 @@ class FullCovariance(Structure):
         if m == 1 and Hw.dim() == 2:  # one belief, one row: scalar innovation, fewest operations
             # S = 1 + h Σ hᵀ ≥ 1 for PSD Σ; a negative S gives NaN, caught by the check below
             s = torch.dot(Hw[0], SH[:, 0]).add_(1.0).sqrt_()
-            C = s.reshape(1, 1)
+            C = s
             V = SH / s
             mu = mean + V[:, 0] * (ew[0] / s)
         elif m == 1:
@@ -90,16 +90,24 @@ class FullCovariance(Structure):
             V = torch.linalg.solve_triangular(C, SH.mT, upper=False).mT
             z = torch.linalg.solve_triangular(C, ew.unsqueeze(-1), upper=False)
             mu = mean + (V @ z)[..., 0]
-        if cov.dim() == 2 and m == 1:  # one BLAS rank-1 update into a new matrix (one pass over Σ)
-            new_cov = torch.addr(cov, V[:, 0], V[:, 0], alpha=-1.0)
+        # Σ − V Vᵀ into the workspace's matrix when there is one (a fresh P × P allocation per step
+        # makes the allocator return and re-fault pages: several times the cost of the update)
+        out = None
+        if workspace is not None and workspace.cov is not cov and workspace.cov.shape == cov.shape \
+                and workspace.cov.dtype == cov.dtype and workspace.cov.device == cov.device:
+            out = workspace.cov
+        if cov.dim() == 2 and m == 1:  # one BLAS rank-1 update (one pass over Σ)
+            new_cov = torch.addr(cov, V[:, 0], V[:, 0], alpha=-1.0, out=out) if out is not None else \
+                torch.addr(cov, V[:, 0], V[:, 0], alpha=-1.0)
         elif cov.dim() == 2:
-            new_cov = torch.addmm(cov, V, V.mT, alpha=-1.0)
+            new_cov = torch.addmm(cov, V, V.mT, alpha=-1.0, out=out) if out is not None else \
+                torch.addmm(cov, V, V.mT, alpha=-1.0)
         elif cov.dim() == 3:
             new_cov = torch.baddbmm(cov, V, V.mT, alpha=-1.0)
         else:
             new_cov = cov - V @ V.mT
         check_step([mu, C], positive=new_cov.diagonal(dim1=-2, dim2=-1), info=info)
-        return FullBelief(mu, new_cov), UpdateInfo(lambda: (C, ew))
+        return FullBelief(mu, new_cov), UpdateInfo(lambda: (C.reshape(1, 1) if C.dim() == 0 else C, ew))
 
     def quadratic_form(self, belief, J):
         cov = belief.cov

@@ -324,7 +324,7 @@ class LowRankPrecision(Structure):
         return LowRankBelief(mean, ups, WT, eta_pp, m0, n_steps)
 
     # -- the update ----------------------------------------------------------------------------
-    def update(self, belief, Hw, ew):
+    def update(self, belief, Hw, ew, workspace=None):
         """:func:`lofi_update` on the backend of :meth:`_ops` (NumPy views of CPU tensors for a single
         belief unless ``cpu_backend='torch'``; torch for stacks of hypotheses and on GPUs);
         ``svd='orth'`` then replaces the truncation by Alg. 8. ``Hw``, ``ew`` may be NumPy arrays
