@@ -708,3 +708,29 @@ def test_hypotheses_axis_engine_with_weighting(lik_name, with_sample_weight):
             for k in range(K):
                 _close(state_b.noise["r"][k], states_s[k].noise["r"], f"adaptive r[{k}] step {step}")
         _compare_beliefs(structure, state_b.belief, [s.belief for s in states_s], f"{lik_name} step {step}")
+
+
+# ---------------------------------------------------------------------------------------------
+# memory reuse of dead beliefs (run_filter's workspace) never touches a belief anyone holds
+# ---------------------------------------------------------------------------------------------
+def test_workspace_reuse_never_touches_held_beliefs():
+    from skfilter import EKFRegressor
+    from skfilter.filtering import run_filter
+
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(40, 3)), rng.normal(size=40)
+    est = EKFRegressor(hidden_layer_sizes=(5,), prior_variance=0.1, random_state=0).fit(X[:5], y[:5])
+    held = est.posterior_.belief
+    held_cov = held.cov.clone()
+    est.partial_fit(X[5:], y[5:])  # 35 steps: beliefs two steps back are reused
+    assert torch.equal(held.cov, held_cov)  # the belief from before the call is untouched
+    # states kept by an on_step callback are never reused either
+    parts = est._engine_parts()
+    kept = []
+    Xt, Yt = torch.as_tensor(X[5:]), torch.as_tensor(y[5:, None])
+    state, _ = run_filter(parts, est.filter_state_, Xt, Yt, on_step=lambda s, o: kept.append((s, s.belief.cov.clone())))
+    for s, cov in kept:
+        assert torch.equal(s.belief.cov, cov)
+    # and reuse does not change the result: the same stream with every belief held equals the reused one
+    again, _ = run_filter(parts, est.filter_state_, Xt, Yt)
+    assert torch.equal(again.belief.cov, state.belief.cov) and torch.equal(again.belief.mean, state.belief.mean)
