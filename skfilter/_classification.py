@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from sklearn.base import ClassifierMixin
 
-from ._estimator import _numpy
+from ._utils import to_numpy
 from ._validation import ProbabilisticClassifierMixin, check_class_module_outputs, check_int, encode_class_labels
 from .likelihoods import Bernoulli, Categorical, probit_probabilities
 
@@ -84,7 +84,7 @@ class FilterClassifierMixin(ProbabilisticClassifierMixin, ClassifierMixin):
         proba : ndarray of shape (n_samples, n_classes)
             Columns in the order of ``classes_``.
         """
-        return _numpy(self._predictive_summary(self._predict_tensor(X)))
+        return to_numpy(self._predictive_summary(self._predict_tensor(X)))
 
     def partial_fit(self, X, y, classes=None, sample_weight=None):
         """Continue learning from ``(X, y)`` (one pass, in row order).
@@ -152,7 +152,7 @@ class FilterClassifierMixin(ProbabilisticClassifierMixin, ClassifierMixin):
             raise ValueError(
                 f"method must be 'predict', 'predict_proba' or 'predict_log_proba', got {method!r}."
             )
-        proba = _numpy(self._fit(X, y, sample_weight, reset=True, classes=classes, n_epochs=1, record=True))
+        proba = to_numpy(self._fit(X, y, sample_weight, reset=True, classes=classes, n_epochs=1, record=True))
         if method == "predict_proba":
             return proba
         if method == "predict_log_proba":

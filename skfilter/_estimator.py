@@ -330,7 +330,3 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.non_deterministic = False
         return tags
-
-
-def _numpy(t: torch.Tensor) -> np.ndarray:
-    return t.detach().to("cpu").numpy()

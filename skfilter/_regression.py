@@ -9,9 +9,8 @@ import torch
 from sklearn.base import RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
-from ._estimator import _numpy
 from ._validation import check_int, regression_target_matrix
-from ._utils import seed_from_random_state, torch_generator
+from ._utils import seed_from_random_state, torch_generator, to_numpy
 from .likelihoods import Gaussian, Poisson
 
 _REGRESSION_LIKELIHOODS = ("gaussian", "poisson")
@@ -141,11 +140,11 @@ class FilterRegressorMixin(RegressorMixin):
         Xt = self._predict_tensor(X)
         summary = self._predictive_summary(Xt)
         C = self.n_outputs_
-        mean = self._shape_output(_numpy(summary[:, :C]))
+        mean = self._shape_output(to_numpy(summary[:, :C]))
         if not return_std:
             return mean
         var = summary[:, C:2 * C] + (summary[:, 2 * C:] if include_noise else 0.0)
-        return mean, self._shape_output(_numpy(var.clamp_min(0).sqrt()))
+        return mean, self._shape_output(to_numpy(var.clamp_min(0).sqrt()))
 
     def sample_y(self, X, n_samples=1, random_state=None):
         """Draw from the posterior predictive of ``y``: ``θ_s ~ N(μ, Σ)``, then ``y ~ p(y | h(θ_s, x))``.
@@ -175,7 +174,7 @@ class FilterRegressorMixin(RegressorMixin):
             else:
                 r = self._noise_state["r"]
                 y = f + r.sqrt() * torch.randn(f.shape, generator=gen, device=f.device, dtype=f.dtype)
-        y = _numpy(y).transpose(1, 2, 0)  # (n, C, S)
+        y = to_numpy(y).transpose(1, 2, 0)  # (n, C, S)
         return y[:, 0, :] if self._y_ndim == 1 else y
 
     @property
@@ -184,7 +183,7 @@ class FilterRegressorMixin(RegressorMixin):
         check_is_fitted(self)
         if self._is_poisson():
             raise AttributeError("obs_variance_ exists only for the Gaussian likelihood.")
-        return _numpy(self._noise_state["r"]).copy()
+        return to_numpy(self._noise_state["r"]).copy()
 
     def prequential_fit_predict(self, X, y, *, return_std=False, method="predict", sample_weight=None,
                                 classes=None):
@@ -233,10 +232,10 @@ class FilterRegressorMixin(RegressorMixin):
             raise ValueError(f"method must be 'predict' for a regressor, got {method!r}.")
         rec = self._fit(X, y, sample_weight, reset=True, n_epochs=1, record=True)
         C = self.n_outputs_
-        mean = self._shape_output(_numpy(rec[:, :C]))
+        mean = self._shape_output(to_numpy(rec[:, :C]))
         if not return_std:
             return mean
-        return mean, self._shape_output(_numpy((rec[:, C:2 * C] + rec[:, 2 * C:]).clamp_min(0).sqrt()))
+        return mean, self._shape_output(to_numpy((rec[:, C:2 * C] + rec[:, 2 * C:]).clamp_min(0).sqrt()))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

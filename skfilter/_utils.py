@@ -73,6 +73,11 @@ def check_scalar(value, name, *, low=None, high=None, include_low=True, allow_no
     return value
 
 
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    """``t`` as a NumPy array on the host (detached; a copy only when it is not on the CPU)."""
+    return t.detach().to("cpu").numpy()
+
+
 def torch_generator(seed: int, device: torch.device) -> torch.Generator:
     """A torch generator on ``device`` seeded with ``seed``."""
     gen = torch.Generator(device=device)
