@@ -340,9 +340,13 @@ class ReplaySGDRegressor(RegressorMixin, _ReplayBase):
         ``B``, rows kept in the FIFO replay buffer (1: online gradient descent).
     n_inner : int, default=1
         Optimiser steps on the buffer's mean loss after each new row.
-    optimizer : {'sgd', 'adam', 'adamw'} or torch.optim.Optimizer subclass, default='sgd'
+    optimizer : {'sgd', 'adam', 'adamw'} or torch.optim.Optimizer subclass, default='adam'
         The optimiser (skorch convention: further arguments as ``optimizer__<name>=value``, e.g.
-        ``optimizer__momentum=0.9``, ``optimizer__weight_decay=1e-4``).
+        ``optimizer__momentum=0.9``, ``optimizer__weight_decay=1e-4``). The default is Adam
+        because its steps are bounded by about ``lr`` per weight whatever the scale of the
+        inputs; a plain ``'sgd'`` step grows with ``|x|²`` and diverges with the default ``lr``
+        on unstandardised inputs of magnitude ~10 (use ``optimizer='sgd'`` for the paper's
+        SGD-RB, on standardised data).
     lr : float, default=0.01
         Learning rate.
     n_epochs : int, default=1
@@ -395,7 +399,7 @@ class ReplaySGDRegressor(RegressorMixin, _ReplayBase):
     """
 
     def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, buffer_size=10, n_inner=1,
-                 optimizer="sgd", lr=0.01, n_epochs=1, shuffle=False, random_state=None, device="cpu",
+                 optimizer="adam", lr=0.01, n_epochs=1, shuffle=False, random_state=None, device="cpu",
                  dtype=None, verbose=0, **kwargs):
         self._store_init_params(locals())
 
@@ -580,9 +584,13 @@ class ReplaySGDClassifier(ProbabilisticClassifierMixin, ClassifierMixin, _Replay
         ``B``, rows kept in the FIFO replay buffer (1: online gradient descent).
     n_inner : int, default=1
         Optimiser steps on the buffer's mean loss after each new row.
-    optimizer : {'sgd', 'adam', 'adamw'} or torch.optim.Optimizer subclass, default='sgd'
+    optimizer : {'sgd', 'adam', 'adamw'} or torch.optim.Optimizer subclass, default='adam'
         The optimiser (skorch convention: further arguments as ``optimizer__<name>=value``, e.g.
-        ``optimizer__momentum=0.9``, ``optimizer__weight_decay=1e-4``).
+        ``optimizer__momentum=0.9``, ``optimizer__weight_decay=1e-4``). The default is Adam
+        because its steps are bounded by about ``lr`` per weight whatever the scale of the
+        inputs; a plain ``'sgd'`` step grows with ``|x|²`` and diverges with the default ``lr``
+        on unstandardised inputs of magnitude ~10 (use ``optimizer='sgd'`` for the paper's
+        SGD-RB, on standardised data).
     lr : float, default=0.01
         Learning rate.
     n_epochs : int, default=1
@@ -630,7 +638,7 @@ class ReplaySGDClassifier(ProbabilisticClassifierMixin, ClassifierMixin, _Replay
     """
 
     def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, buffer_size=10, n_inner=1,
-                 optimizer="sgd", lr=0.01, n_epochs=1, shuffle=False, random_state=None, device="cpu",
+                 optimizer="adam", lr=0.01, n_epochs=1, shuffle=False, random_state=None, device="cpu",
                  dtype=None, verbose=0, **kwargs):
         self._store_init_params(locals())
 

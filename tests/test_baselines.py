@@ -31,6 +31,10 @@ EXPECTED_FAILED_CHECKS: dict = {}
 def _estimators():
     small = dict(hidden_layer_sizes=(10,), random_state=0)
     return [
+        # the defaults: the checks' partial_fit data (make_blobs, |x| ~ 10) made plain SGD at
+        # lr=0.01 diverge, so the default optimiser is Adam
+        ReplaySGDRegressor(),
+        ReplaySGDClassifier(),
         ReplaySGDRegressor(optimizer="adam", lr=0.01, n_epochs=3, shuffle=True, **small),
         ReplaySGDRegressor(buffer_size=1, optimizer="adam", lr=0.01, **small),
         ReplaySGDClassifier(optimizer="adam", lr=0.01, n_epochs=3, shuffle=True, **small),
@@ -67,7 +71,8 @@ def test_each_row_is_one_step_on_the_mean_loss_of_the_buffer():
     """B = 3, SGD: after each row, one step on the mean squared error of the last three rows."""
     X, y = _data(7)
     lr, B = 0.05, 3
-    reg = ReplaySGDRegressor(hidden_layer_sizes=(4,), buffer_size=B, lr=lr, random_state=1).fit(X, y)
+    reg = ReplaySGDRegressor(hidden_layer_sizes=(4,), buffer_size=B, optimizer="sgd", lr=lr,
+                             random_state=1).fit(X, y)
     seed = np.random.RandomState(1).randint(0, 2**31 - 1)
     net = make_mlp(3, (4,), 1, "relu", seed)
     opt = torch.optim.SGD(net.parameters(), lr=lr)
@@ -84,7 +89,8 @@ def test_buffer_of_one_is_online_gradient_descent_by_hand():
     """B = 1: θ ← θ − lr ∇(h(θ, x_t) − y_t)², computed with torch.autograd for three rows."""
     X, y = _data(3)
     lr = 0.1
-    reg = ReplaySGDRegressor(hidden_layer_sizes=(6,), buffer_size=1, lr=lr, random_state=3).fit(X, y)
+    reg = ReplaySGDRegressor(hidden_layer_sizes=(6,), buffer_size=1, optimizer="sgd", lr=lr,
+                             random_state=3).fit(X, y)
     seed = np.random.RandomState(3).randint(0, 2**31 - 1)
     net = make_mlp(3, (6,), 1, "relu", seed)
     params = [p.detach().clone().requires_grad_(True) for p in net.parameters()]
@@ -127,7 +133,7 @@ def test_reproducible_with_random_state_and_partial_fit_continues():
 
 def test_n_inner_steps_and_optimizer_kwargs():
     X, y = _data(30)
-    base = dict(hidden_layer_sizes=(8,), lr=0.01, random_state=0)
+    base = dict(hidden_layer_sizes=(8,), optimizer="sgd", lr=0.01, random_state=0)
     one = ReplaySGDRegressor(**base).fit(X, y)
     three = ReplaySGDRegressor(n_inner=3, **base).fit(X, y)
     mom = ReplaySGDRegressor(optimizer__momentum=0.9, **base).fit(X, y)
@@ -171,6 +177,22 @@ def test_divergence_raises_and_keeps_the_last_good_weights():
     np.testing.assert_array_equal(reg.buffer_X_, X[:10])
     reg.set_params(lr=0.01).partial_fit(X[10:], y[10:])  # and learning goes on
     assert reg.n_samples_seen_ == 40 and torch.isfinite(_flat(reg.module_)).all()
+
+
+def test_defaults_learn_unstandardised_blobs_without_diverging():
+    """Default-constructed baselines on the data of scikit-learn's partial_fit checks (make_blobs,
+    inputs of magnitude ~10), where plain SGD with lr=0.01 overflowed within ten rows."""
+    from sklearn.datasets import make_blobs
+
+    X, y = make_blobs(n_samples=50, random_state=1)
+    assert ReplaySGDRegressor().get_params()["optimizer"] == "adam"
+    for seed in range(3):
+        reg = ReplaySGDRegressor(random_state=seed).partial_fit(X, y)
+        assert np.all(np.isfinite(reg.predict(X)))
+        clf = ReplaySGDClassifier(random_state=seed).partial_fit(X, y, classes=np.unique(y))
+        assert np.all(np.isfinite(clf.predict_proba(X)))
+    with pytest.raises(FilterStepError, match="non-finite"):  # the old default, for the record
+        ReplaySGDRegressor(optimizer="sgd", lr=0.01, random_state=0).partial_fit(X, y)
 
 
 def test_bad_input_leaves_fitted_estimator_unchanged():
