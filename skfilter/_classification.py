@@ -84,7 +84,9 @@ class FilterClassifierMixin(ProbabilisticClassifierMixin, ClassifierMixin):
         proba : ndarray of shape (n_samples, n_classes)
             Columns in the order of ``classes_``.
         """
-        return to_numpy(self._predictive_summary(self._predict_tensor(X)))
+        proba = to_numpy(self._predictive_summary(self._predict_tensor(X)))
+        self._check_finite_prediction(proba)  # a ValueError, never NaN probabilities
+        return proba
 
     def partial_fit(self, X, y, classes=None, sample_weight=None):
         """Continue learning from ``(X, y)`` (one pass, in row order).

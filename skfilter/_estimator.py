@@ -118,8 +118,13 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
         return torch.tensor(np.ascontiguousarray(a), dtype=dtype or self._dtype, device=self._device)
 
     def _validate_X(self, X, reset):
-        return validate_data(self, X, reset=reset, accept_sparse=False, dtype=[np.float64, np.float32],
-                             ensure_all_finite=True)
+        """``X`` checked as scikit-learn does, and (fitted estimators) against the magnitude bound of
+        the estimator's dtype (:meth:`_check_data_magnitude`)."""
+        X = validate_data(self, X, reset=reset, accept_sparse=False, dtype=[np.float64, np.float32],
+                          ensure_all_finite=True)
+        if not reset and hasattr(self, "_dtype"):
+            self._check_data_magnitude(self._dtype, X=X)
+        return X
 
     def _validate_weights(self, sample_weight, X):
         if sample_weight is None:
@@ -128,6 +133,42 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
         if not np.all(np.isfinite(w)):
             raise ValueError("sample_weight must be finite.")
         return w
+
+    def _check_data_magnitude(self, dtype, **arrays):
+        """Reject data the filter's arithmetic cannot hold in ``dtype`` (validation in the
+        estimator's own dtype, before anything is learned): an entry above
+        :func:`skfilter._utils.magnitude_bound` (``finfo(dtype).max ** (1/4)``) makes ``h``, ``J`` or
+        ``J Σ Jᵀ`` overflow, and a float64 value beyond the float32 range would become infinite in a
+        float32 estimator. ``arrays``: ``name=array``."""
+        from ._utils import magnitude_bound
+        from ._validation import check_data_magnitude
+
+        bound, name = magnitude_bound(dtype), str(dtype).replace("torch.", "")
+        for key, a in arrays.items():
+            if a is not None:
+                check_data_magnitude(key, a, bound, name)
+
+    @torch.no_grad()
+    def _check_model_outputs(self, X):
+        """Reject rows at which the network's output at the current mean is not finite or so large
+        that its square overflows (one forward pass of the rows, before any is learned; its cost is
+        a small fraction of a step's forward-and-Jacobian per row)."""
+        Xt, mean = self._tensor(X), self.filter_state_.belief.mean
+        limit = float(torch.finfo(self._dtype).max) ** 0.5
+        for a in range(0, Xt.shape[0], 1 << 16):
+            biggest = self._adapter.forward(mean, Xt[a:a + (1 << 16)]).abs().max().item()  # NaN stays NaN
+            if not biggest <= limit:
+                raise ValueError(
+                    f"X has rows at which the network's output at the current parameters is {biggest:.3g} "
+                    f"(not finite, or above {limit:.3g}, whose square overflows in {self._dtype}): the "
+                    "inputs are too large for the network; nothing was learned. Standardise X (e.g. "
+                    "sklearn.preprocessing.StandardScaler).")
+
+    def _check_finite_prediction(self, *values):
+        """Raise ``ValueError`` instead of returning a non-finite prediction."""
+        from ._validation import check_finite_output
+
+        check_finite_output(values, f"The prediction of {type(self).__name__}")
 
     # -- building the filter ------------------------------------------------------------------
     def _initialize(self, X, cfg, n_outputs):
@@ -212,10 +253,15 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
                 raise ValueError("Found array with 0 sample(s) while a minimum of 1 is required.")
             w = self._validate_weights(sample_weight, X)
             Y = self._encode_targets(y, first=first, classes=classes)
+            self._check_data_magnitude(cfg["dtype"], X=X, y=Y, sample_weight=w)
             if first:
                 self._initialize(X, cfg, self._n_model_outputs())
             elif cfg["device"] != self._device or cfg["dtype"] != self._dtype:
                 self._move(cfg["device"], cfg["dtype"])
+            if first:  # the module as built, before the adapter put it in eval mode
+                from .models import check_no_train_mode_layers
+                check_no_train_mode_layers(self._adapter.train_mode_layers)
+            self._check_model_outputs(X)
         return self._stream(X, Y, w, cfg, cfg["n_epochs"] if n_epochs is None else n_epochs, record)
 
     def _move(self, device, dtype):
@@ -254,7 +300,7 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
     # -- predictive machinery -----------------------------------------------------------------
     def _predict_tensor(self, X):
         check_is_fitted(self)
-        X = self._validate_X(X, reset=False)
+        X = self._validate_X(X, reset=False)  # includes the magnitude bound of the estimator's dtype
         return self._tensor(X)
 
     def _chunks(self, n):

@@ -55,6 +55,7 @@ class FilterRegressorMixin(RegressorMixin):
         return {"multi_output": True, "y_numeric": True}
 
     def _encode_targets(self, y, first, classes=None):
+        # numbers only: None / non-numeric objects / NaN are a ValueError before anything is learned
         Y = regression_target_matrix(self, y, first)
         width = self.n_outputs_
         poisson = self.likelihood == "poisson" if first else self._is_poisson()
@@ -142,9 +143,12 @@ class FilterRegressorMixin(RegressorMixin):
         C = self.n_outputs_
         mean = self._shape_output(to_numpy(summary[:, :C]))
         if not return_std:
+            self._check_finite_prediction(mean)
             return mean
         var = summary[:, C:2 * C] + (summary[:, 2 * C:] if include_noise else 0.0)
-        return mean, self._shape_output(to_numpy(var.clamp_min(0).sqrt()))
+        std = self._shape_output(to_numpy(var.clamp_min(0).sqrt()))
+        self._check_finite_prediction(mean, std)  # a ValueError, never a NaN or infinite prediction
+        return mean, std
 
     def sample_y(self, X, n_samples=1, random_state=None):
         """Draw from the posterior predictive of ``y``: ``θ_s ~ N(μ, Σ)``, then ``y ~ p(y | h(θ_s, x))``.
@@ -175,6 +179,7 @@ class FilterRegressorMixin(RegressorMixin):
                 r = self._noise_state["r"]
                 y = f + r.sqrt() * torch.randn(f.shape, generator=gen, device=f.device, dtype=f.dtype)
         y = to_numpy(y).transpose(1, 2, 0)  # (n, C, S)
+        self._check_finite_prediction(y)
         return y[:, 0, :] if self._y_ndim == 1 else y
 
     @property

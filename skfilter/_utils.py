@@ -8,22 +8,40 @@ import numpy as np
 import torch
 
 
+#: device types an estimator can run on: the CPU, CUDA, and Apple's MPS (float32 only) when
+#: this torch build and machine have it
+_DEVICE_TYPES = ("cpu", "cuda", "mps")
+
+
 def resolve_device(device) -> torch.device:
-    """Return a :class:`torch.device` for ``device`` ('cpu', 'cuda', 'cuda:1', a device or None).
+    """Return a :class:`torch.device` for ``device`` ('cpu', 'cuda', 'cuda:1', 'mps', a device or None).
 
     Raises
     ------
     ValueError
-        If the name is not a device torch knows, or CUDA is asked for and is not available.
+        If the name is not a device torch knows, the device type is not supported (only
+        ``'cpu'``, ``'cuda'`` and ``'mps'``; ``'meta'``, ``'xpu'``, … are not), or the device is
+        not available on this machine (CUDA or MPS missing, a CUDA index beyond the devices present).
     """
     if device is None:
         return torch.device("cpu")
     try:
         dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
+    except (RuntimeError, TypeError, ValueError) as exc:
         raise ValueError(f"device={device!r} is not a valid torch device.") from exc
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={device!r} was requested but CUDA is not available.")
+    if dev.type not in _DEVICE_TYPES:
+        raise ValueError(f"device={device!r} is not supported; use 'cpu', 'cuda' (or 'cuda:<index>') or 'mps'.")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device={device!r} was requested but CUDA is not available.")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"device={device!r} was requested but only {torch.cuda.device_count()} CUDA "
+                             "device(s) are available.")
+    if dev.type == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise ValueError(f"device={device!r} was requested but MPS is not available (this torch build "
+                             "or machine has no Apple-silicon GPU support); use 'cpu' or 'cuda'.")
     return dev
 
 
@@ -53,7 +71,21 @@ def resolve_dtype(dtype, device: torch.device) -> torch.dtype:
         out = _DTYPES.get(name)
     if out not in (torch.float32, torch.float64):
         raise ValueError(f"dtype={dtype!r} is not supported; use 'float32' or 'float64'.")
+    if out == torch.float64 and device.type == "mps":
+        raise ValueError(f"dtype={dtype!r} is not supported on device 'mps' (no float64 there); use 'float32'.")
     return out
+
+
+def magnitude_bound(dtype: torch.dtype) -> float:
+    """The largest ``|value|`` of data (``X``, ``y``, ``sample_weight``) accepted in ``dtype``:
+    ``finfo(dtype).max ** (1/4)`` (about ``1.2e77`` for float64, ``4.3e9`` for float32).
+
+    A filter step forms products of degree up to four in the data — ``J Σ Jᵀ`` is quadratic in
+    ``x``, a step moves ``θ`` in proportion to ``y`` and the next step squares the model output
+    again — so data beyond this bound can make ``h``, ``J`` or ``J Σ Jᵀ`` overflow; it is
+    rejected before any row is learned (standardise the data, or use float64).
+    """
+    return float(torch.finfo(dtype).max) ** 0.25
 
 
 def check_scalar(value, name, *, low=None, high=None, include_low=True, allow_none=False):

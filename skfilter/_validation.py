@@ -24,6 +24,8 @@ __all__ = [
     "check_no_unknown_kwargs",
     "encode_class_labels",
     "check_class_module_outputs",
+    "check_data_magnitude",
+    "check_finite_output",
     "regression_target_matrix",
     "unchanged_on_error",
     "check_structural_params_unchanged",
@@ -144,10 +146,54 @@ def check_class_module_outputs(n_outputs, n_classes):
         )
 
 
+def check_data_magnitude(name, a, bound, dtype_name):
+    """Raise ``ValueError`` if a finite array ``a`` has an entry with ``|value| > bound``
+    (:func:`skfilter._utils.magnitude_bound` of the estimator's dtype ``dtype_name``): such values
+    make the filter's products overflow, and are rejected before anything is learned."""
+    a = np.asarray(a)
+    if a.size == 0 or a.dtype.kind not in "fiu":
+        return
+    biggest = float(np.max(np.abs(a)))
+    if biggest > bound:
+        raise ValueError(
+            f"{name} has an entry of magnitude {biggest:.3g}, above {bound:.3g}, the largest accepted with "
+            f"dtype={dtype_name!r}: the filter's products of such values (the network output, its Jacobian "
+            f"J, J Σ Jᵀ) overflow. Standardise the data (e.g. sklearn.preprocessing.StandardScaler)"
+            + (" or use dtype='float64'." if dtype_name == "float32" else ".")
+        )
+
+
+def check_finite_output(values, what):
+    """Raise ``ValueError`` if a prediction or model output is not finite (overflow at inputs far
+    from the data), instead of returning NaN or infinity."""
+    for v in values:
+        if not bool(np.all(np.isfinite(v))):
+            raise ValueError(
+                f"{what} is not finite for some rows of X (the network overflows at these inputs: "
+                "their magnitude is too large for the current parameters). Standardise X, or predict "
+                "at inputs closer to the data."
+            )
+
+
 def regression_target_matrix(est, y, first) -> np.ndarray:
     """Targets as an ``(n, C)`` float64 matrix; records ``n_outputs_`` (and the shape of ``y``) on
-    the ``first`` call and checks the number of outputs afterwards."""
-    y = np.asarray(y, dtype=np.float64)
+    the ``first`` call and checks the number of outputs afterwards.
+
+    ``y`` must hold numbers: ``None`` or other non-numeric objects (an ``object`` array) and values
+    that are not finite once converted raise ``ValueError``.
+    """
+    y = np.asarray(y)
+    if y.dtype.kind == "O":
+        bad = [v for v in y.ravel() if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real)]
+        if bad:
+            raise ValueError(
+                f"y must hold real numbers; it contains {bad[0]!r} ({type(bad[0]).__name__}). Missing "
+                "targets (None) cannot be learned: drop those rows."
+            )
+    y = y.astype(np.float64)
+    if not np.all(np.isfinite(y)):
+        raise ValueError("y contains NaN, infinity or None (missing targets): every target must be a finite "
+                         "number; drop the rows without one.")
     width = 1 if y.ndim == 1 else y.shape[1]
     if first:
         est._y_ndim = y.ndim

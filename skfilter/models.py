@@ -107,13 +107,59 @@ def make_mlp(n_inputs: int, hidden_layer_sizes, n_outputs: int, activation: str 
     return nn.Sequential(*layers)
 
 
+def train_mode_layers(module: nn.Module) -> list:
+    """Names (and classes) of the submodules of ``module`` in train mode whose output depends on
+    train mode: dropout (``nn.Dropout*``, recurrent layers and ``nn.MultiheadAttention`` with
+    ``dropout > 0``), batch norm (``nn.BatchNorm*``, ``nn.SyncBatchNorm``) and instance norm with
+    ``track_running_stats=True``.
+
+    A filter linearises one deterministic function ``h(θ, x)``; such a layer in train mode is
+    random (dropout) or depends on the other rows of the batch and updates running statistics
+    (batch norm), so the filter estimators refuse it (:func:`check_no_train_mode_layers`, on the
+    list :class:`ModuleAdapter` records before putting the module in eval mode).
+    """
+    from torch.nn.modules.batchnorm import _BatchNorm
+    from torch.nn.modules.dropout import _DropoutNd
+    from torch.nn.modules.instancenorm import _InstanceNorm
+
+    found = []
+    for name, sub in module.named_modules():
+        if not sub.training:
+            continue
+        mode_dependent = (
+            isinstance(sub, (_DropoutNd, _BatchNorm))
+            or (isinstance(sub, _InstanceNorm) and sub.track_running_stats)
+            or (isinstance(sub, (nn.RNNBase, nn.MultiheadAttention)) and float(getattr(sub, "dropout", 0.0)) > 0)
+        )
+        if mode_dependent:
+            found.append(f"{name or '<the module>'!r} ({type(sub).__name__})")
+    return found
+
+
+def check_no_train_mode_layers(found: list):
+    """Raise ``ValueError`` naming the layers ``found`` by :func:`train_mode_layers`, with the fixes:
+    remove them, or pass the module in eval mode (``module.eval()``: dropout off, batch norm with its
+    running statistics as constants), which the filter then uses as is."""
+    if found:
+        raise ValueError(
+            f"The module has layers whose behaviour depends on train mode: {', '.join(found)}. A filter "
+            "linearises one deterministic network h(θ, x), and these layers are random (dropout) or "
+            "depend on the batch and update running statistics (batch norm) in train mode. Remove them, "
+            "or pass the module in eval mode (module.eval(), or call self.eval() at the end of your "
+            "module's __init__): dropout is then off and batch norm uses its running statistics as "
+            "constants."
+        )
+
+
 class ModuleAdapter:
     """Flat-parameter functional view of a torch module (general path, ``torch.func``).
 
     Parameters
     ----------
     module : torch.nn.Module
-        Used as is (the caller copies it); moved to ``device``/``dtype`` and put in eval mode.
+        Used as is (the caller copies it); moved to ``device``/``dtype`` and put in eval mode. Its
+        layers whose behaviour depended on train mode (dropout, batch norm in train mode) are
+        recorded first in :attr:`train_mode_layers` (the estimators refuse such a module).
     device : torch.device
     dtype : torch.dtype
     n_inputs : int
@@ -134,6 +180,8 @@ class ModuleAdapter:
 
     def __init__(self, module: nn.Module, device: torch.device, dtype: torch.dtype, n_inputs: int,
                  blocks: dict | None = None):
+        #: :func:`train_mode_layers` of the module as given, before it is put in eval mode
+        self.train_mode_layers = train_mode_layers(module)
         self.module = module.to(device=device, dtype=dtype).eval()
         self.device, self.dtype = device, dtype
         self._names, self._shapes, self._numels = [], [], []
