@@ -23,8 +23,13 @@ def test_demo_quick_writes_figure_and_table(tmp_path):
         assert r["n_rows"] == 60
         for key in ("rmse", "rmse_after_warmup", "nlpd", "us_per_step", "ratio_vs_mlp"):
             assert math.isfinite(r[key]) and (key == "nlpd" or r[key] > 0), (key, r)
+        # honest uncertainty next to the RMSE: ±2σ coverage and interval width (skfilter.metrics)
+        assert 0.0 <= r["coverage_2std"] <= 1.0 and r["width_2std"] > 0, r
     csv_text = res.paths["csv"].read_text()
-    assert csv_text.splitlines()[0].startswith("method,rmse")
+    assert csv_text.splitlines()[0].startswith("method,rmse,nlpd,coverage_2std,width_2std")
+    md_header = res.paths["markdown"].read_text().splitlines()[2]
+    assert "RMSE [MPa]" in md_header and "NLPD" in md_header and "±2σ cover" in md_header
+    assert "±2σ cover" in res.table
     assert "EKF full" in res.paths["markdown"].read_text()
     # predictions are in MPa (the target's units), one per row
     run = res.runs["EKF full"]
@@ -37,10 +42,28 @@ def test_demo_cli_without_figure(tmp_path, capsys):
     threads = torch.get_num_threads()
     assert main(["demo", "--quick", "--n-rows", "30", "--out", str(tmp_path), "--no-figure"]) == 0
     out = capsys.readouterr().out
-    assert "RMSE [MPa]" in out and "EKF full" in out
+    assert "RMSE [MPa]" in out and "EKF full" in out and "NLPD" in out and "±2σ cover" in out
     assert (tmp_path / "prequential_concrete.csv").is_file()
     assert not (tmp_path / "prequential_concrete.png").exists()
     assert torch.get_num_threads() == threads  # --threads is undone after the command
+
+
+def test_demo_score_uses_the_metrics_and_survives_bad_predictions():
+    from skfilter.metrics import gaussian_nlpd, interval_coverage, mean_interval_width
+
+    stream = _common.load_stream("concrete", n_rows=30, seed=0)
+    rng = np.random.default_rng(0)
+    mean = stream.y_raw + rng.normal(size=30)
+    std = np.full(30, 1.5)
+    row = demo.score({"error": None, "seconds": 1.0, "mean": mean, "std": std, "has_variance": True}, stream)
+    assert row["nlpd"] == gaussian_nlpd(stream.y_raw, mean, std)
+    assert row["coverage_2std"] == interval_coverage(stream.y_raw, mean, std, n_std=2.0)
+    assert row["width_2std"] == mean_interval_width(std) == 6.0
+    bad = demo.score({"error": None, "seconds": 1.0, "mean": mean, "std": np.zeros(30), "has_variance": True},
+                     stream)
+    assert math.isnan(bad["nlpd"]) and math.isnan(bad["coverage_2std"]) and math.isfinite(bad["rmse"])
+    failed = demo.score({"error": "diverged", "seconds": 1.0}, stream)
+    assert math.isnan(failed["coverage_2std"]) and math.isnan(failed["nlpd"])
 
 
 def test_speed_tiny_returns_finite_numbers(tmp_path):
@@ -113,6 +136,9 @@ def test_scores_and_table_helpers():
 
     y, m, s = np.array([0.0, 1.0, -2.0]), np.array([0.5, 0.0, 0.0]), np.array([1.0, 2.0, 0.5])
     np.testing.assert_allclose(_common.gaussian_nlpd(y, m, s), -norm.logpdf(y, m, s))
+    from skfilter.metrics import gaussian_nlpd
+
+    assert gaussian_nlpd(y, m, s) == np.mean(_common.gaussian_nlpd(y, m, s))  # one implementation
     np.testing.assert_allclose(_common.running_rmse([3.0, 4.0]), [3.0, 5.0 / np.sqrt(2)])
     # σ_t uses only the errors before t, shrunk to the prior variance by one pseudo-row
     np.testing.assert_allclose(_common.running_residual_std([2.0, 4.0, 0.0], 1.0),

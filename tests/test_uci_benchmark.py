@@ -44,8 +44,9 @@ def test_uci_tiny_run_writes_tables_with_finite_numbers(tmp_path, capsys):
     assert set(rows) == {(m, "2") for m in methods}
     for r in rows.values():
         assert r["n_splits"] == 1 and r["n_failed"] == 0
-        for key in ("rmse", "nlpd", "us_per_step", "seconds_per_pass"):
+        for key in ("rmse", "nlpd", "coverage", "us_per_step", "seconds_per_pass"):
             assert math.isfinite(r[key]), (key, r)
+        assert 0.0 <= r["coverage"] <= 1.0
         assert r["rmse"] > 0 and r["us_per_step"] > 0
     assert rows[("lofi-diag", "2")]["paper_rmse"] == 8.54  # Table 3, concrete, 1 pass, rank 2
     # 4 filter trials (2 prior × 2 noise variances) and 2 learning rates, then one test run each
@@ -57,6 +58,13 @@ def test_uci_tiny_run_writes_tables_with_finite_numbers(tmp_path, capsys):
     assert not HAS_SKORCH or set(hp["sgd-rb"]) == {"lr"}
     md = (tmp_path / "uci_results.md").read_text()
     assert "(8.54 ± 1.15)" in md and "Chosen hyper-parameters" in md
+    # ±2σ coverage and NLPD are reported next to the RMSE: tables, CSVs, terminal
+    assert "### Test NLPD" in md and "### Test ±2σ coverage" in md
+    assert "NLPD" in printed and "±2σ coverage" in printed
+    assert {"rmse", "nlpd", "coverage"} <= set((tmp_path / "results.csv").read_text().splitlines()[0].split(","))
+    assert {"nlpd", "nlpd_se", "coverage", "coverage_se"} <= set(
+        (tmp_path / "summary.csv").read_text().splitlines()[0].split(","))
+    assert all(0.0 <= r["coverage"] <= 1.0 for r in runs)
 
 
 def test_uci_resumes_from_partial_results(tmp_path, capsys):

@@ -25,7 +25,10 @@ Protocol (as in the paper, deviations marked *):
   predictive density of the test targets in original units (nats; not in the paper's UCI tables):
   the filters' linearised posterior predictive ``N(h(μ, x), J Σ Jᵀ + r)``; for ``sgd-rb``, which has
   no parameter uncertainty, ``N(h(θ, x), σ²)`` with ``σ²`` the mean squared one-step-ahead error of
-  its last training pass. Mean ± standard error (``ddof=1``) over the splits.
+  its last training pass; *±2σ coverage, the fraction of test targets within two predictive
+  standard deviations of the mean (0.954 for calibrated Gaussians), from the same predictive
+  (:func:`skfilter.metrics.gaussian_nlpd`, :func:`skfilter.metrics.interval_coverage`). Mean ±
+  standard error (``ddof=1``) over the splits.
 * **Time per step**: wall-clock ``fit`` time over ``n_train × passes`` rows (one torch thread per
   worker), and the seconds for one pass beside the paper's Table 6 (hardware not stated there).
 
@@ -49,7 +52,7 @@ spaces and budgets not given; the authors' scripts use 20 random + 25 BO trials 
 Outputs in ``--out``: ``results.jsonl`` (one line per run: the resume log), ``search.jsonl`` (one
 line per search trial), ``results.csv`` (per run), ``summary.csv``/``summary.json`` (per dataset,
 method, rank and passes, with the paper's value), ``uci_results.md`` (tables: RMSE ± SE beside the
-paper's Tables 2-5, NLPD, µs per step and seconds per pass beside Table 6, chosen
+paper's Tables 2-5, NLPD, ±2σ coverage, µs per step and seconds per pass beside Table 6, chosen
 hyper-parameters) and ``uci_rmse_vs_rank_p{passes}.png`` (RMSE against rank per dataset, ours solid,
 the paper's dashed). A run killed half-way resumes from ``results.jsonl``/``search.jsonl``: finished
 trials and runs with the same settings are not repeated (``--fresh`` ignores them).
@@ -73,12 +76,12 @@ from ._common import (
     DEFAULT_THREADS,
     environment,
     format_table,
-    gaussian_nlpd,
     int_at_least,
     positive_int,
     set_threads,
     write_csv,
 )
+from ..metrics import gaussian_nlpd, interval_coverage
 from ._uci_paper import paper_rmse, paper_seconds
 
 HELP = "LoFi paper's UCI regression benchmark (Tables 2-6): RMSE/NLPD/time vs rank, 20 splits"
@@ -242,6 +245,7 @@ def evaluate(task: dict) -> dict:
     ``hp`` diverges (a :class:`~skfilter.exceptions.FilterStepError`, or non-finite predictions;
     no test target is used to decide). Returns the task's fields plus ``hp_used``, ``hp_rank``
     (0: ``hp``; k: the k-th fallback), ``n_fallbacks``, ``rmse``, ``nlpd`` (original units),
+    ``coverage`` (±2σ),
     ``rmse_std`` (standardised), ``seconds_fit``, ``us_per_step``, ``seconds_per_pass`` (of the
     fit that was scored), ``n_train``, ``n_eval`` and ``error`` (None, or why there are no scores).
     """
@@ -265,7 +269,8 @@ def _fit_and_score(config, hp, data, passes, seed):
     from ..exceptions import FilterStepError
 
     n = len(data["y"])
-    out = {"error": None, "rmse": float("nan"), "nlpd": float("nan"), "rmse_std": float("nan")}
+    out = {"error": None, "rmse": float("nan"), "nlpd": float("nan"), "coverage": float("nan"),
+           "rmse_std": float("nan")}
     est = make_estimator(config, hp, passes, seed)
     t0 = time.perf_counter()
     try:
@@ -285,7 +290,8 @@ def _fit_and_score(config, hp, data, passes, seed):
     err = data["y_eval"] - mean
     out["rmse"] = float(np.sqrt(np.mean(err**2)))
     out["rmse_std"] = out["rmse"] / data["y_scale"]
-    out["nlpd"] = float(np.mean(gaussian_nlpd(data["y_eval"], mean, std)))
+    out["nlpd"] = gaussian_nlpd(data["y_eval"], mean, std)
+    out["coverage"] = interval_coverage(data["y_eval"], mean, std, n_std=2.0)
     return out
 
 
@@ -372,7 +378,8 @@ def _sd(values):
 
 
 def summarize(runs, configs, datasets, passes_list):
-    """One row per (dataset, config, passes): RMSE and NLPD mean ± SE, time, the paper's values."""
+    """One row per (dataset, config, passes): RMSE, NLPD and ±2σ coverage mean ± SE, time, the
+    paper's values."""
     rows = []
     for p in passes_list:
         for c in configs:
@@ -384,11 +391,13 @@ def summarize(runs, configs, datasets, passes_list):
                 ok = [r for r in recs if r["error"] is None]
                 rm, rse = _mean_se([r["rmse"] for r in ok])
                 nm, nse = _mean_se([r["nlpd"] for r in ok])
+                cm, cse = _mean_se([r.get("coverage") for r in ok])  # absent in logs of older versions
                 paper = paper_rmse(d, c.method, c.rank, p)
                 rows.append({
                     "dataset": d, "method": c.method, "rank": c.rank_label, "passes": p, "n_splits": len(recs),
                     "n_failed": len(recs) - len(ok), "rmse": rm, "rmse_se": rse,
                     "rmse_sd": _sd([r["rmse"] for r in ok]), "nlpd": nm, "nlpd_se": nse,
+                    "coverage": cm, "coverage_se": cse,
                     "n_fallback": sum(1 for r in ok if r.get("hp_rank", 0) > 0),
                     "us_per_step": float(np.median([r["us_per_step"] for r in (ok or recs)])),
                     "seconds_per_pass": float(np.median([r["seconds_per_pass"] for r in (ok or recs)])),
@@ -409,6 +418,14 @@ def _num(v, ref=None):
         return f"{v:.2f}"
     dec = min(6, max(2, 2 - int(math.floor(math.log10(r)))))
     return f"{v:.{dec}f}"
+
+
+def _coverage_cell(row):
+    return f"{_num(row.get('coverage'))} ± {_num(row.get('coverage_se'), row.get('coverage'))}"
+
+
+def _nlpd_coverage_cell(row):
+    return f"{_num(row['nlpd'])}, {_num(row.get('coverage'))}"
 
 
 def _rmse_cell(row, with_paper=True):
@@ -623,6 +640,8 @@ def run_uci(datasets=DATASETS, configs=None, splits=20, passes_list=(1,), out="u
         say("")
         say(f"Test RMSE, mean ± SE over splits, {p} pass(es); (paper mean ± SE):")
         say(matrix_table(summary, configs, datasets, p, _rmse_cell, markdown=False))
+        say(f"Test NLPD (nats) and ±2σ coverage (calibrated: 0.954), mean over splits, {p} pass(es):")
+        say(matrix_table(summary, configs, datasets, p, _nlpd_coverage_cell, markdown=False))
     say("")
     for k, p in paths.items():
         say(f"{k:>14s}: {Path(p).resolve()}")
@@ -632,7 +651,8 @@ def run_uci(datasets=DATASETS, configs=None, splits=20, passes_list=(1,), out="u
 
 RUN_COLUMNS = [("dataset", "dataset", ""), ("method", "method", ""), ("rank", "rank", ""), ("passes", "passes", ""),
                ("split", "split", ""), ("seed", "seed", ""), ("n_train", "n_train", ""), ("n_eval", "n_test", ""),
-               ("rmse", "rmse", ""), ("nlpd", "nlpd", ""), ("rmse_std", "rmse_std", ""),
+               ("rmse", "rmse", ""), ("nlpd", "nlpd", ""), ("coverage", "coverage", ""),
+               ("rmse_std", "rmse_std", ""),
                ("seconds_fit", "seconds_fit", ""), ("us_per_step", "us_per_step", ""), ("hp", "hp", ""),
                ("hp_rank", "hp_rank", ""), ("hp_used", "hp_used", ""), ("error", "error", "")]
 SUMMARY_COLUMNS = [("dataset", "dataset", ""), ("method", "method", ""), ("rank", "rank", ""),
@@ -641,6 +661,7 @@ SUMMARY_COLUMNS = [("dataset", "dataset", ""), ("method", "method", ""), ("rank"
                    ("rmse", "rmse", ""), ("rmse_se", "rmse_se", ""), ("rmse_sd", "rmse_sd", ""),
                    ("paper_rmse", "paper_rmse", ""),
                    ("paper_rmse_se", "paper_rmse_se", ""), ("nlpd", "nlpd", ""), ("nlpd_se", "nlpd_se", ""),
+                   ("coverage", "coverage", ""), ("coverage_se", "coverage_se", ""),
                    ("us_per_step", "us_per_step", ""), ("seconds_per_pass", "seconds_per_pass", ""),
                    ("paper_seconds", "paper_seconds", ""), ("hp", "hp", "")]
 
@@ -675,6 +696,9 @@ def _write_outputs(out, runs, summary, hyper, configs, datasets, passes_list, se
                "### Test NLPD (nats, original units), mean ± SE over splits (not reported by the paper)", "",
                matrix_table(summary, configs, datasets, p,
                             lambda r: f"{_num(r['nlpd'])} ± {_num(r['nlpd_se'], r['nlpd'])}"), "",
+               "### Test ±2σ coverage, mean ± SE over splits (fraction of test targets within two "
+               "predictive standard deviations; 0.954 for calibrated Gaussians)", "",
+               matrix_table(summary, configs, datasets, p, _coverage_cell), "",
                "### Time: µs per training step (median over splits) and seconds per pass "
                "(the paper's Table 6 seconds in parentheses)", "",
                matrix_table(summary, configs, datasets, p,
