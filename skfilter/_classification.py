@@ -28,6 +28,11 @@ class FilterClassifierMixin(ProbabilisticClassifierMixin, ClassifierMixin):
     * ``'mc'`` — average of ``softmax(h(θ_s, x))`` over ``n_mc_samples`` draws ``θ_s ~ N(μ, Σ)``.
     """
 
+    #: logits of prior standard deviation √3 under the ``'auto'`` prior (chosen on the defaults
+    #: benchmark, ``python -m skfilter.benchmarks defaults``: unit-variance logits keep one-pass
+    #: classifiers under-confident and less accurate on iris, wine and digits)
+    _auto_prior_scale = 3.0
+
     def _check_target_params(self):
         if self.predictive not in _CLASSIFICATION_PREDICTIVES:
             raise ValueError(f"predictive must be one of {_CLASSIFICATION_PREDICTIVES}, got {self.predictive!r}.")

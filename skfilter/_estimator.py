@@ -30,6 +30,7 @@ from .dynamics import Dynamics, Reference
 from .filtering import EngineParts, FilterState, run_filter
 from .posteriors import Posterior, map_belief
 from .models import build_module, make_adapter
+from .priors import auto_prior
 from ._validation import check_int, check_network_params, check_no_unknown_kwargs, unchanged_on_error
 from ._validation import PrefixedParamsMixin, check_structural_params_unchanged
 
@@ -48,7 +49,7 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
         cfg = {
             "device": device,
             "dtype": resolve_dtype(self.dtype, device),
-            "prior_variance": check_scalar(self.prior_variance, "prior_variance", low=0.0, include_low=False),
+            "prior_variance": self._check_prior_variance(),
             "process_noise": check_scalar(self.process_noise, "process_noise", low=0.0),
             "decay": check_scalar(self.decay, "decay", low=0.0, high=1.0),
             "batch_size": check_int(self.batch_size, "batch_size", 1),
@@ -57,6 +58,36 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
         cfg.update(self._check_structure_params())
         cfg.update(self._check_target_params())
         return cfg
+
+    def _check_prior_variance(self):
+        """``'auto'`` (the data-scaled prior of :mod:`skfilter.priors`) or a positive float."""
+        if isinstance(self.prior_variance, str):
+            if self.prior_variance != "auto":
+                raise TypeError(f"prior_variance must be 'auto' or a positive number, got {self.prior_variance!r}.")
+            return "auto"
+        return check_scalar(self.prior_variance, "prior_variance", low=0.0, include_low=False)
+
+    def _prior(self, adapter, X, Y, cfg, weights=None):
+        """The prior ``(θ₀, σ₀²)``: the module's weights and ``prior_variance``, or with
+        ``prior_variance='auto'`` the data-scaled prior of :mod:`skfilter.priors` from the first rows
+        ``X`` and (regressors) targets ``Y``."""
+        if cfg["prior_variance"] != "auto":
+            return adapter.initial_theta(), cfg["prior_variance"]
+        mean0, var0 = auto_prior(adapter, X, self._prior_targets(Y), prior_scale=self._auto_prior_scale,
+                                 weights=weights)
+        adapter.write_to_module(mean0)
+        return mean0, self._structure.admissible_prior_variance(var0)
+
+    #: ``prior_scale`` of the ``'auto'`` prior (:func:`skfilter.priors.auto_prior`)
+    _auto_prior_scale = 1.0
+
+    def _initial_noise(self, n_outputs, cfg, Y, weights):
+        """The likelihood's initial noise state (regressors may start it from the first targets)."""
+        return self._likelihood.initial_state(n_outputs, cfg["device"], cfg["dtype"])
+
+    def _prior_targets(self, Y):
+        """Targets whose scale the ``'auto'`` prior adopts (regressors); None (classifiers)."""
+        return None
 
     def _check_structure_params(self) -> dict:
         """Validate the structure-specific parameters (subclasses)."""
@@ -171,7 +202,7 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
         check_finite_output(values, f"The prediction of {type(self).__name__}")
 
     # -- building the filter ------------------------------------------------------------------
-    def _initialize(self, X, cfg, n_outputs):
+    def _initialize(self, X, cfg, n_outputs, Y=None, weights=None):
         """Build module, adapter, likelihood, prior belief and noise state for a new stream."""
         rng = check_random_state(self.random_state)
         seed = int(rng.randint(0, 2**31 - 1))
@@ -187,10 +218,10 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
         self._mc_seed = int(rng.randint(0, 2**31 - 1))
         self._likelihood = self._make_likelihood(adapter.n_outputs, cfg)
         self._structure = self._make_structure(cfg)
-        mean0 = adapter.initial_theta()
-        self._reference = Reference(mean0, cfg["prior_variance"])
-        prior = self._structure.prior(mean0, cfg["prior_variance"])
-        noise = self._likelihood.initial_state(adapter.n_outputs, cfg["device"], cfg["dtype"])
+        mean0, var0 = self._prior(adapter, X, Y, cfg, weights)
+        self._reference = Reference(mean0, var0)
+        prior = self._structure.prior(mean0, var0)
+        noise = self._initial_noise(adapter.n_outputs, cfg, Y, weights)
         self.n_params_ = adapter.n_params
         self.module_ = adapter.module
         self._structural_values = {k: getattr(self, k) for k in self._structural_param_names()}
@@ -255,7 +286,7 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
             Y = self._encode_targets(y, first=first, classes=classes)
             self._check_data_magnitude(cfg["dtype"], X=X, y=Y, sample_weight=w)
             if first:
-                self._initialize(X, cfg, self._n_model_outputs())
+                self._initialize(X, cfg, self._n_model_outputs(), Y, w)
             elif cfg["device"] != self._device or cfg["dtype"] != self._dtype:
                 self._move(cfg["device"], cfg["dtype"])
             if first:  # the module as built, before the adapter put it in eval mode

@@ -12,8 +12,19 @@ from sklearn.utils.validation import check_is_fitted
 from ._validation import check_int, regression_target_matrix
 from ._utils import seed_from_random_state, torch_generator, to_numpy
 from .likelihoods import Gaussian, Poisson
+from .priors import target_scale
 
 _REGRESSION_LIKELIHOODS = ("gaussian", "poisson")
+
+#: ``ε_min`` of ``obs_variance='auto'``: the online noise estimate (spec/lofi.md C.2) forgets with an
+#: exponential window of about 1/0.02 = 50 rows, so that the large residuals of the first rows, made
+#: while the network was still learning, do not keep the noise estimate (and the ±2σ band) too wide
+#: for good; ``'adaptive'`` is the paper's running mean (``ε_t = 1/t``).
+AUTO_NOISE_FORGETTING = 0.02
+
+#: pseudo-rows of the prior on the noise variance of ``obs_variance='auto'`` (started at the variance
+#: of the first call's targets)
+AUTO_NOISE_PRIOR_ROWS = 10.0
 _REGRESSION_PREDICTIVES = ("linearized", "plugin", "mc")
 
 
@@ -41,15 +52,33 @@ class FilterRegressorMixin(RegressorMixin):
         check_int(self.n_mc_samples, "n_mc_samples", 1)
         r = self.obs_variance
         if isinstance(r, str):
-            if r != "adaptive":
-                raise ValueError(f"obs_variance must be positive, an array of positive values or 'adaptive', got {r!r}.")
+            if r not in ("auto", "adaptive"):
+                raise ValueError("obs_variance must be positive, an array of positive values, 'auto' or 'adaptive', "
+                                 f"got {r!r}.")
         else:
             if isinstance(r, bool) or not (isinstance(r, numbers.Real) or hasattr(r, "__len__")):
-                raise TypeError(f"obs_variance must be a positive number, array or 'adaptive', got {r!r}.")
+                raise TypeError(f"obs_variance must be a positive number, array, 'auto' or 'adaptive', got {r!r}.")
             arr = np.asarray(r, dtype=np.float64)
             if arr.ndim > 1 or arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr <= 0):
                 raise ValueError(f"obs_variance must be positive and finite (a scalar or a 1-d array), got {r!r}.")
         return {}
+
+    def _initial_noise(self, n_outputs, cfg, Y, weights):
+        """``obs_variance='auto'`` starts the online estimate at the variance of the first call's
+        targets, counted as :data:`AUTO_NOISE_PRIOR_ROWS` pseudo-rows (a prior on ``r``): the first
+        residuals then refine it instead of replacing it (with ``ε_1 = 1`` one lucky first
+        prediction would make the filter believe the data noise-free)."""
+        state = super()._initial_noise(n_outputs, cfg, Y, weights)
+        if not (isinstance(self.obs_variance, str) and self.obs_variance == "auto") or self.likelihood == "poisson":
+            return state
+        _, scale = target_scale(Y, weights)
+        r = torch.full_like(state["r"], float(np.mean(scale ** 2)))
+        weight = torch.full_like(state["weight"], AUTO_NOISE_PRIOR_ROWS)
+        return {"r": r, "weight": weight, "scale": r.rsqrt()[..., None]}
+
+    def _prior_targets(self, Y):
+        """The ``'auto'`` prior adopts the targets' scale under the Gaussian likelihood."""
+        return None if self.likelihood == "poisson" else Y
 
     def _y_validation_kwargs(self):
         return {"multi_output": True, "y_numeric": True}
@@ -80,6 +109,8 @@ class FilterRegressorMixin(RegressorMixin):
     def _make_likelihood(self, n_outputs, cfg):
         if self.likelihood == "poisson":
             return Poisson()
+        if isinstance(self.obs_variance, str) and self.obs_variance == "auto":  # the online estimate with a forgetting floor (module docstring)
+            return Gaussian("adaptive", eps_min=AUTO_NOISE_FORGETTING)
         return Gaussian(self.obs_variance)
 
     def partial_fit(self, X, y, sample_weight=None):

@@ -57,14 +57,24 @@ class EKFRegressor(_EKFStructure, FilterRegressorMixin, BaseFilter):
     covariance : {'full', 'vd', 'fd'}, default='full'
         Posterior structure: dense covariance, or diagonal with VD (precision matching) or FD
         (variance matching) projection.
-    vd_mean : {'paper', 'exact'}, default='paper'
-        Mean update of VD-EKF: eq. 25 as in the authors' code, or the KL-optimal EKF mean
-        (spec/diagonal-ekf.md §6 A1). Ignored for the other structures.
-    prior_variance : float, default=1.0
-        Prior covariance ``prior_variance · I`` around the initial weights.
-    obs_variance : float, array of shape (n_outputs,) or 'adaptive', default=1.0
-        Observation-noise variance ``r`` of the Gaussian likelihood, or ``'adaptive'`` for the online
-        estimate of spec/lofi.md §2.9 (C.2). Ignored by the Poisson likelihood.
+    vd_mean : {'exact', 'paper'}, default='exact'
+        Mean update of VD-EKF: the KL-optimal EKF mean (spec/diagonal-ekf.md §6 A1; stable), or
+        eq. 25 as in the authors' code (``'paper'``; diverges for prior variances ≳ 0.01 on
+        standardised UCI data). Ignored for the other structures.
+    prior_variance : 'auto' or float, default='auto'
+        Prior covariance of the weights. ``'auto'`` (see :mod:`skfilter.priors`): each weight's
+        prior variance is its initialisation variance (``1/fan_in``), the first layer's scaled per
+        input feature by the inverse mean square of that feature in the first rows the estimator
+        sees, so raw, unscaled features work; regressors also scale the output layer to the targets'
+        standard deviation (and centre its bias on their mean), classifiers give the logits prior
+        standard deviation √3. A float: ``prior_variance · I`` around the initial weights (the
+        papers' parametrisation; standardise features and targets then).
+    obs_variance : 'auto', 'adaptive', float or array of shape (n_outputs,), default='auto'
+        Observation-noise variance ``r`` of the Gaussian likelihood. ``'auto'``: the online estimate
+        of spec/lofi.md §2.9 (C.2) from the one-step-ahead residuals, forgetting with an exponential
+        window of ~50 rows (``ε_min = 0.02``), so that the ±2σ band follows the current error;
+        ``'adaptive'``: the paper's running mean (``ε_t = 1/t``); a float or array: fixed
+        variance(s), in the targets' units. Ignored by the Poisson likelihood.
     likelihood : {'gaussian', 'poisson'}, default='gaussian'
         Observation model; 'poisson' uses a log link (counts).
     process_noise : float, default=0.0
@@ -127,7 +137,7 @@ class EKFRegressor(_EKFStructure, FilterRegressorMixin, BaseFilter):
     """
 
     def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, covariance="full",
-                 vd_mean="paper", prior_variance=1.0, obs_variance=1.0, likelihood="gaussian",
+                 vd_mean="exact", prior_variance="auto", obs_variance="auto", likelihood="gaussian",
                  process_noise=0.0, decay=1.0, n_epochs=1, shuffle=False, batch_size=1,
                  predictive="linearized", n_mc_samples=100, random_state=None, device="cpu", dtype=None,
                  verbose=0, **module_kwargs):
@@ -154,11 +164,18 @@ class EKFClassifier(_EKFStructure, FilterClassifierMixin, BaseFilter):
     covariance : {'full', 'vd', 'fd'}, default='full'
         Posterior structure: dense covariance, or diagonal with VD (precision matching) or FD
         (variance matching) projection.
-    vd_mean : {'paper', 'exact'}, default='paper'
-        Mean update of VD-EKF: eq. 25 as in the authors' code, or the KL-optimal EKF mean
-        (spec/diagonal-ekf.md §6 A1). Ignored for the other structures.
-    prior_variance : float, default=1.0
-        Prior covariance ``prior_variance · I`` around the initial weights.
+    vd_mean : {'exact', 'paper'}, default='exact'
+        Mean update of VD-EKF: the KL-optimal EKF mean (spec/diagonal-ekf.md §6 A1; stable), or
+        eq. 25 as in the authors' code (``'paper'``; diverges for prior variances ≳ 0.01 on
+        standardised UCI data). Ignored for the other structures.
+    prior_variance : 'auto' or float, default='auto'
+        Prior covariance of the weights. ``'auto'`` (see :mod:`skfilter.priors`): each weight's
+        prior variance is its initialisation variance (``1/fan_in``), the first layer's scaled per
+        input feature by the inverse mean square of that feature in the first rows the estimator
+        sees, so raw, unscaled features work; regressors also scale the output layer to the targets'
+        standard deviation (and centre its bias on their mean), classifiers give the logits prior
+        standard deviation √3. A float: ``prior_variance · I`` around the initial weights (the
+        papers' parametrisation; standardise features and targets then).
     process_noise : float, default=0.0
         ``q`` of the dynamics ``θ_t = γ θ_{t−1} + N(0, q I)`` applied before every step.
     decay : float, default=1.0
@@ -215,7 +232,7 @@ class EKFClassifier(_EKFStructure, FilterClassifierMixin, BaseFilter):
     """
 
     def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, covariance="full",
-                 vd_mean="paper", prior_variance=1.0, process_noise=0.0, decay=1.0, n_epochs=1,
+                 vd_mean="exact", prior_variance="auto", process_noise=0.0, decay=1.0, n_epochs=1,
                  shuffle=False, batch_size=1, predictive="probit", n_mc_samples=100, random_state=None,
                  device="cpu", dtype=None, verbose=0, **module_kwargs):
         self._store_init_params(locals())

@@ -115,6 +115,12 @@ def filter_step(parts: EngineParts, state: FilterState, X, Y, sample_weight=None
     predicted = belief if dynamics.is_static else apply_dynamics(structure, belief, dynamics, parts.reference)
     # 2. linearise at the predicted mean(s)
     f, J = parts.adapter.forward_jacobian(predicted.mean, X)
+    bound = likelihood.max_abs_output
+    if bound is not None:
+        largest = float(abs(f).max())
+        if not largest <= bound:  # NaN too
+            raise FilterStepError(f"The model outputs reached {largest:.3g} (beyond {bound:g}). "
+                                  f"{likelihood.divergence_advice} The last good belief is kept.")
     # 3. prior predictive
     quad = None
     if record is not None or _needs_covariance(parts.weighting):

@@ -38,6 +38,13 @@ def _tiny(dtype):
 class Likelihood:
     """Base class. Subclasses implement :meth:`mean` and :meth:`whiten`."""
 
+    #: model outputs beyond this magnitude mean the filter diverged (``None``: no bound); the engine
+    #: raises :class:`~skfilter.exceptions.FilterStepError` with :attr:`divergence_advice`
+    max_abs_output = None
+
+    #: what to change when outputs exceed :attr:`max_abs_output`
+    divergence_advice = ""
+
     #: whether :meth:`whiten` is plain arithmetic that also runs on NumPy views of CPU tensors
     #: (state included), which the engine then uses (:mod:`skfilter._array_ops`)
     host_arrays = False
@@ -150,8 +157,18 @@ class Gaussian(Likelihood):
         return state["r"].expand_as(f)
 
 
+_LOGIT_ADVICE = ("Logits this large give probabilities of exactly 0 and 1: the filter diverged (its weights "
+                 "grow without bound). Use prior_variance='auto' (the default, which scales the prior to the "
+                 "features), standardise the features (sklearn.preprocessing.StandardScaler), or lower "
+                 "prior_variance.")
+
+
 class Bernoulli(Likelihood):
     """Bernoulli likelihood with a single logit: ``y ~ Bern(σ(f))``, ``R = p(1 − p)``, ``H = R J``."""
+
+    #: ``σ(±40) = 1 − 4e−18``: logits of magnitude 10⁴ are never what data imply
+    max_abs_output = 1e4
+    divergence_advice = _LOGIT_ADVICE
 
     def mean(self, f):
         return torch.sigmoid(f)
@@ -175,6 +192,9 @@ class Bernoulli(Likelihood):
 
 class Categorical(Likelihood):
     """Categorical likelihood over ``C`` logits with the exact logit-space update (module docstring)."""
+
+    max_abs_output = 1e4
+    divergence_advice = _LOGIT_ADVICE
 
     def mean(self, f):
         return torch.softmax(f, dim=-1)

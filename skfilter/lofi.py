@@ -46,8 +46,8 @@ class _LoFiStructure:
         """``decay``/``process_noise`` with LoFi's inflation (App. E); spherical ``steady_state``
         replaces ``q`` by ``(1 − γ²) / η₀`` (eq. 95), so that ``η`` stays ``η₀``."""
         q = cfg["process_noise"]
-        if self.steady_state:
-            q = (1.0 - cfg["decay"] ** 2) * cfg["prior_variance"]
+        if self.steady_state:  # spherical: the prior variance is one number
+            q = (1.0 - cfg["decay"] ** 2) * float(self._reference.variance)
         return Dynamics(decay=cfg["decay"], process_noise=q, inflation=self.inflation,
                         inflation_factor=cfg["inflation_factor"])
 
@@ -80,10 +80,20 @@ class LoFiRegressor(_LoFiStructure, FilterRegressorMixin, BaseFilter):
         SVD of Alg. 8.
     steady_state : bool, default=False
         Spherical only: variance-preserving dynamics ``q = (1 − γ²) · prior_variance`` (F.2).
-    prior_variance : float, default=1.0
-        Prior covariance ``prior_variance · I`` (``Υ₀ = I / prior_variance``, ``W₀ = 0``).
-    obs_variance : float, array of shape (n_outputs,) or 'adaptive', default=1.0
-        Observation-noise variance of the Gaussian likelihood, or ``'adaptive'`` (spec/lofi.md C.2).
+    prior_variance : 'auto' or float, default='auto'
+        Prior covariance of the weights. ``'auto'`` (see :mod:`skfilter.priors`): each weight's
+        prior variance is its initialisation variance (``1/fan_in``), the first layer's scaled per
+        input feature by the inverse mean square of that feature in the first rows the estimator
+        sees, so raw, unscaled features work; regressors also scale the output layer to the targets'
+        standard deviation (and centre its bias on their mean), classifiers give the logits prior
+        standard deviation √3. A float: ``prior_variance · I`` around the initial weights (the
+        papers' parametrisation; standardise features and targets then).
+    obs_variance : 'auto', 'adaptive', float or array of shape (n_outputs,), default='auto'
+        Observation-noise variance ``r`` of the Gaussian likelihood. ``'auto'``: the online estimate
+        of spec/lofi.md §2.9 (C.2) from the one-step-ahead residuals, forgetting with an exponential
+        window of ~50 rows (``ε_min = 0.02``), so that the ±2σ band follows the current error;
+        ``'adaptive'``: the paper's running mean (``ε_t = 1/t``); a float or array: fixed
+        variance(s), in the targets' units. Ignored by the Poisson likelihood.
     likelihood : {'gaussian', 'poisson'}, default='gaussian'
         Observation model; 'poisson' uses a log link (counts).
     process_noise : float, default=0.0
@@ -145,7 +155,7 @@ class LoFiRegressor(_LoFiStructure, FilterRegressorMixin, BaseFilter):
 
     def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, rank=10,
                  variant="diagonal", inflation=None, inflation_factor=0.0, svd="full", steady_state=False,
-                 prior_variance=1.0, obs_variance=1.0, likelihood="gaussian", process_noise=0.0, decay=1.0,
+                 prior_variance="auto", obs_variance="auto", likelihood="gaussian", process_noise=0.0, decay=1.0,
                  n_epochs=1, shuffle=False, batch_size=1, predictive="linearized", n_mc_samples=100,
                  random_state=None, device="cpu", dtype=None, verbose=0, **module_kwargs):
         self._store_init_params(locals())
@@ -179,8 +189,14 @@ class LoFiClassifier(_LoFiStructure, FilterClassifierMixin, BaseFilter):
         SVD of Alg. 8.
     steady_state : bool, default=False
         Spherical only: variance-preserving dynamics ``q = (1 − γ²) · prior_variance`` (F.2).
-    prior_variance : float, default=1.0
-        Prior covariance ``prior_variance · I`` (``Υ₀ = I / prior_variance``, ``W₀ = 0``).
+    prior_variance : 'auto' or float, default='auto'
+        Prior covariance of the weights. ``'auto'`` (see :mod:`skfilter.priors`): each weight's
+        prior variance is its initialisation variance (``1/fan_in``), the first layer's scaled per
+        input feature by the inverse mean square of that feature in the first rows the estimator
+        sees, so raw, unscaled features work; regressors also scale the output layer to the targets'
+        standard deviation (and centre its bias on their mean), classifiers give the logits prior
+        standard deviation √3. A float: ``prior_variance · I`` around the initial weights (the
+        papers' parametrisation; standardise features and targets then).
     process_noise : float, default=0.0
         ``q`` of the dynamics ``θ_t = γ θ_{t−1} + N(0, q I)`` applied before every step.
     decay : float, default=1.0
@@ -238,7 +254,7 @@ class LoFiClassifier(_LoFiStructure, FilterClassifierMixin, BaseFilter):
 
     def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, rank=10,
                  variant="diagonal", inflation=None, inflation_factor=0.0, svd="full", steady_state=False,
-                 prior_variance=1.0, process_noise=0.0, decay=1.0, n_epochs=1, shuffle=False, batch_size=1,
+                 prior_variance="auto", process_noise=0.0, decay=1.0, n_epochs=1, shuffle=False, batch_size=1,
                  predictive="probit", n_mc_samples=100, random_state=None, device="cpu", dtype=None,
                  verbose=0, **module_kwargs):
         self._store_init_params(locals())

@@ -453,7 +453,7 @@ def _stream(n=60, seed=0):
 
 #: a degenerate filter (huge prior, essentially noiseless observations) that loses positive
 #: definiteness after a few rows, for every covariance structure
-DEGENERATE = dict(hidden_layer_sizes=(5,), prior_variance=1e8, obs_variance=1e-20, random_state=0)
+DEGENERATE = dict(hidden_layer_sizes=(5,), prior_variance=1e8, obs_variance=1e-20, vd_mean="paper", random_state=0)
 
 
 def _same_belief(a, b):
@@ -519,7 +519,7 @@ def test_filter_step_error_of_a_classifier_keeps_the_last_good_belief():
 
 def _overflow_params(covariance, noise):
     vd_mean = "exact" if covariance == "vd-exact" else "paper"
-    return dict(hidden_layer_sizes=(5,), covariance=covariance.split("-")[0], vd_mean=vd_mean,
+    return dict(hidden_layer_sizes=(5,), covariance=covariance.split("-")[0], vd_mean=vd_mean, prior_variance=1.0,
                 obs_variance=0.5 if noise == "fixed" else "adaptive", random_state=0)
 
 
@@ -531,24 +531,25 @@ def _overflow_params(covariance, noise):
     ("vd", "adaptive"),
     ("full", "adaptive"),
 ])
-def test_overflowing_row_raises_and_the_estimator_stays_usable(covariance, noise):
-    """X is finite but 1e300 overflows the network: the step fails, nothing learned is lost."""
+def test_overflowing_row_is_rejected_and_the_estimator_stays_usable(covariance, noise):
+    """X is finite but 1e300 overflows the network's products: the call is rejected before any of
+    its rows is learned (issue 15), the estimator is left as it was and keeps learning."""
     X, y = _stream(n=30)
     bad = 12
     Xb = X.copy()
     Xb[bad, 0] = 1e300
     params = _overflow_params(covariance, noise)
     est = EKFRegressor(**params).fit(X[:5], y[:5])
-    with pytest.raises(FilterStepError) as info:
+    with pytest.raises(ValueError, match="magnitude"):
         est.partial_fit(Xb[5:], y[5:])
-    assert info.value.step == bad - 5
-    assert est.n_samples_seen_ == bad
-    ref = EKFRegressor(**params).fit(X[:bad], y[:bad])
+    assert est.n_samples_seen_ == 5
+    ref = EKFRegressor(**params).fit(X[:5], y[:5])
     _same_belief(est, ref)
     np.testing.assert_array_equal(est.obs_variance_, ref.obs_variance_)  # noise estimate not advanced
     # still usable: predicting works, and learning the rest of the stream equals skipping the bad row
     mean, std = est.predict(X, return_std=True)
     assert np.all(np.isfinite(mean)) and np.all(np.isfinite(std))
+    est.partial_fit(X[5:bad], y[5:bad])
     est.partial_fit(X[bad + 1:], y[bad + 1:])
     keep = np.arange(30) != bad
     skipped = EKFRegressor(**params).fit(X[keep], y[keep])
@@ -583,15 +584,16 @@ def _assert_consistent(est, X, y, before_rows, before_belief):
         for key, v in before_belief.items():
             assert torch.equal(v, est.posterior_.state_dict()[key]), key
     else:
-        ref = EKFRegressor(module=Flaky, module__fail_at=-1, random_state=0).fit(X[:k], y[:k])
+        ref = EKFRegressor(module=Flaky, module__fail_at=-1, obs_variance=1.0, random_state=0).fit(X[:k], y[:k])
         _same_belief(est, ref)
 
 
 def test_error_mid_stream_keeps_a_consistent_state():
     X, y = _stream(n=20)
-    est = EKFRegressor(module=Flaky, module__fail_at=-1, random_state=0).fit(X[:5], y[:5])
+    est = EKFRegressor(module=Flaky, module__fail_at=-1, obs_variance=1.0, random_state=0).fit(X[:5], y[:5])
     belief = copy.deepcopy(est.posterior_.state_dict())
-    est.module_.fail_at = est.module_.calls + 4  # one forward per step: fails on the 4th row
+    # one forward pass of all rows when the call is validated, then one per step: fails on the 4th row
+    est.module_.fail_at = est.module_.calls + 5
     with pytest.raises(RuntimeError, match="boom"):
         est.partial_fit(X[5:15], y[5:15])
     est.module_.fail_at = -1
@@ -600,6 +602,6 @@ def test_error_mid_stream_keeps_a_consistent_state():
     # and it goes on learning
     k = est.n_samples_seen_
     est.partial_fit(X[k:], y[k:])
-    ref = EKFRegressor(module=Flaky, module__fail_at=-1, random_state=0).fit(X, y)
+    ref = EKFRegressor(module=Flaky, module__fail_at=-1, obs_variance=1.0, random_state=0).fit(X, y)
     np.testing.assert_allclose(est.posterior_.mean.numpy(), ref.posterior_.mean.numpy(), rtol=1e-12)
     assert est.n_samples_seen_ == 20

@@ -143,16 +143,22 @@ def assert_same_belief(a, b):
     assert a.n_samples_seen_ == b.n_samples_seen_
 
 
+#: the parameters these tests were written for (the papers' parametrisation); the defaults
+#: ('auto' prior and noise, exact VD mean) have their own tests in tests/test_defaults.py
+PAPER = dict(prior_variance=1.0, vd_mean="paper")
+
+
 def small_regressor(**kw):
     kw.setdefault("hidden_layer_sizes", (5,))
     kw.setdefault("random_state", 0)
-    return EKFRegressor(**kw)
+    kw.setdefault("obs_variance", 1.0)
+    return EKFRegressor(**{**PAPER, **kw})
 
 
 def small_classifier(**kw):
     kw.setdefault("hidden_layer_sizes", (5,))
     kw.setdefault("random_state", 0)
-    return EKFClassifier(**kw)
+    return EKFClassifier(**{**PAPER, **kw})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -633,12 +639,13 @@ def test_module_instance_weights_are_the_prior_mean_and_are_not_modified(covaria
     s0 = 0.5
     # the one-step-ahead predictive of row 0 is that of the prior N(θ0, s0 I)
     mean, std = prequential_predict(EKFRegressor(module=net, covariance=covariance, prior_variance=s0,
-                                                 obs_variance=0.2), X[:2], y[:2], return_std=True)
+                                                 obs_variance=0.2, vd_mean="paper"), X[:2], y[:2], return_std=True)
     f, J = module_jacobian(net, X[0])
     np.testing.assert_allclose(mean[0], f[0], rtol=1e-12)
     np.testing.assert_allclose(std[0], np.sqrt(s0 * (J**2).sum() + 0.2), rtol=1e-12)
     # one EKF step from N(θ0, s0 I) on row 0, in closed form (r = 0.2)
-    one = EKFRegressor(module=net, covariance=covariance, prior_variance=s0, obs_variance=0.2).fit(X[:1], y[:1])
+    one = EKFRegressor(module=net, covariance=covariance, prior_variance=s0, obs_variance=0.2,
+                       vd_mean="paper").fit(X[:1], y[:1])
     g, e, s = J[0], y[0] - f[0], s0 * (J**2).sum() + 0.2
     if covariance == "vd":  # precision matching, the paper's mean (posterior variances)
         var = 1 / (1 / s0 + g**2 / 0.2)

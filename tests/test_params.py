@@ -49,7 +49,7 @@ FILTERS = {
 #: (estimator, structural parameter, new value, extra constructor arguments)
 STRUCTURAL = [
     ("EKFRegressor", "covariance", "vd", {}),
-    ("EKFRegressor", "vd_mean", "exact", {"covariance": "vd"}),
+    ("EKFRegressor", "vd_mean", "paper", {"covariance": "vd"}),
     ("EKFRegressor", "hidden_layer_sizes", (4,), {}),
     ("EKFRegressor", "activation", "tanh", {}),
     ("EKFRegressor", "prior_variance", 0.25, {}),
@@ -202,7 +202,7 @@ def test_non_structural_param_change_is_accepted_mid_stream(name, param, value):
 def test_setting_a_structural_param_to_an_equal_value_is_accepted(name):
     X, y = _data(name.endswith("Classifier"))
     est = FILTERS[name]().fit(X, y)
-    est.set_params(hidden_layer_sizes=[3], prior_variance=1, activation="relu", module=None)
+    est.set_params(hidden_layer_sizes=[3], prior_variance="auto", activation="relu", module=None)
     est.partial_fit(X, y)
     assert est.n_samples_seen_ == 2 * len(X)
 

@@ -15,6 +15,10 @@ Commands (one module each, registered in :data:`COMMANDS`):
     spherical LoFi and replay-buffer SGD at ranks 1-50 on the 20 standard splits of eight datasets,
     hyper-parameters searched on held-out training rows; RMSE/NLPD/time tables beside the paper's.
 
+``defaults`` (:mod:`skfilter.benchmarks.defaults`)
+    Every estimator with default parameters on scikit-learn's bundled data sets (and concrete), raw
+    and standardised, beside ``MLPClassifier``/``MLPRegressor``/``BayesianRidge``.
+
 A command module exposes ``HELP`` (one line), ``add_arguments(parser)`` and ``main(args)`` (``args``
 an :class:`argparse.Namespace`; returns an exit status). Adding a benchmark (e.g. the LoFi paper's UCI
 benchmark, ``uci``) means writing such a module and adding its name to :data:`COMMANDS`.
@@ -26,6 +30,7 @@ COMMANDS = {
     "demo": ".demo",
     "speed": ".speed",
     "uci": ".uci",
+    "defaults": ".defaults",
 }
 
 __all__ = ["COMMANDS"]

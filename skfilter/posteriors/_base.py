@@ -177,6 +177,11 @@ class Structure(abc.ABC):
             raise ValueError(f"{type(self).__name__} supports inflation='simple' only, got {kind!r}.")
         return self.transition(belief, (1.0 + factor) ** 0.5, 0.0, None)
 
+    def admissible_prior_variance(self, variance):
+        """The closest prior variance this structure can represent (per-parameter variances are
+        kept by every structure but spherical LoFi, which takes their mean)."""
+        return variance
+
     # helpers shared by the structures -------------------------------------------------------
     @staticmethod
     def n_params(belief) -> int:

@@ -235,6 +235,12 @@ class LowRankPrecision(Structure):
         return LowRankBelief(mean.clone(), diagonal, torch.zeros(*batch, self.rank, P, **opts),
                              eta0.expand(batch + tuple(eta0.shape)).clone(), mean.clone(), 0)
 
+    def admissible_prior_variance(self, variance):
+        """Spherical LoFi has one prior variance: the mean of per-parameter ones."""
+        if self.variant == "spherical" and isinstance(variance, torch.Tensor) and variance.dim():
+            return float(variance.mean())
+        return variance
+
     def uses_host_arrays(self, belief) -> bool:
         """Whether :meth:`update` takes NumPy arrays for ``Hw``, ``ew`` (CPU, no hypotheses axes,
         ``cpu_backend='numpy'``), which lets the engine whiten on the host."""
