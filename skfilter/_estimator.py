@@ -29,8 +29,8 @@ from ._utils import check_scalar, progress_bar, resolve_device, resolve_dtype, t
 from .dynamics import Dynamics, Reference
 from .filtering import EngineParts, FilterState, run_filter
 from .posteriors import Posterior, map_belief
-from .models import build_module, make_adapter
-from .priors import auto_prior
+from .models import build_module, make_adapter, standardize_mlp
+from .priors import auto_prior, input_standardization
 from ._validation import check_int, check_network_params, check_no_unknown_kwargs, unchanged_on_error
 from ._validation import PrefixedParamsMixin, check_structural_params_unchanged
 
@@ -210,6 +210,8 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
             self.module, self._prefixed("module__"), n_inputs=X.shape[1], n_outputs=n_outputs,
             hidden_layer_sizes=cfg["hidden_layer_sizes"], activation=self.activation, seed=seed,
         )
+        if self.module is None and cfg["prior_variance"] == "auto":  # skfilter.priors: standardised inputs
+            module = standardize_mlp(module, *input_standardization(X, weights))
         adapter = make_adapter(module, cfg["device"], cfg["dtype"], X.shape[1])
         self._check_module_outputs(adapter.n_outputs)
         self._device, self._dtype = cfg["device"], cfg["dtype"]

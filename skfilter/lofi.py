@@ -166,8 +166,10 @@ class LoFiClassifier(_LoFiStructure, FilterClassifierMixin, BaseFilter):
 
     Parameters
     ----------
-    hidden_layer_sizes : tuple of int, default=(50,)
-        Hidden widths of the default MLP (ignored when ``module`` is given).
+    hidden_layer_sizes : tuple of int, default=(100,)
+        Hidden widths of the default MLP (ignored when ``module`` is given); those of
+        :class:`~sklearn.neural_network.MLPClassifier` (one pass of a 50-unit network fell ~2 points
+        short of it on digits: ``python -m skfilter.benchmarks defaults``).
     activation : {'relu', 'tanh', 'logistic', 'identity', 'elu'}, default='relu'
         Hidden non-linearity of the default MLP.
     module : torch.nn.Module class or instance, default=None
@@ -252,7 +254,7 @@ class LoFiClassifier(_LoFiStructure, FilterClassifierMixin, BaseFilter):
     array([1, 0])
     """
 
-    def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, rank=10,
+    def __init__(self, hidden_layer_sizes=(100,), activation="relu", *, module=None, rank=10,
                  variant="diagonal", inflation=None, inflation_factor=0.0, svd="full", steady_state=False,
                  prior_variance="auto", process_noise=0.0, decay=1.0, n_epochs=1, shuffle=False, batch_size=1,
                  predictive="probit", n_mc_samples=100, random_state=None, device="cpu", dtype=None,

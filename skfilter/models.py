@@ -107,6 +107,54 @@ def make_mlp(n_inputs: int, hidden_layer_sizes, n_outputs: int, activation: str 
     return nn.Sequential(*layers)
 
 
+class StandardizedMLP(nn.Sequential):
+    """An MLP whose inputs are first standardised by fixed (not learned) statistics:
+    ``h(θ, x) = mlp(θ, (x − input_offset) / input_scale)``.
+
+    The default network under ``prior_variance='auto'`` (:mod:`skfilter.priors`): the statistics are
+    those of the rows the stream starts with, frozen for the life of the model, so the filter's
+    parameters are those of a network on standardised features. For the full-covariance filter this
+    is only a reparametrisation of the first layer; for diagonal and low-rank beliefs it is what
+    keeps them well conditioned, as it does gradient descent (a feature of mean 6 and spread 0.4
+    couples every first-layer weight with its bias, a correlation a diagonal covariance cannot hold).
+    The children and parameter names are those of the :class:`torch.nn.Sequential` it extends
+    (``'0.weight'``, ``'0.bias'``, …); ``input_offset`` and ``input_scale`` are buffers.
+
+    Parameters
+    ----------
+    *layers : torch.nn.Module
+        The layers, as for :class:`torch.nn.Sequential`.
+    input_offset, input_scale : torch.Tensor of shape (n_inputs,)
+        Subtracted from, then dividing, every input row (``input_scale > 0``).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from skfilter.models import StandardizedMLP
+    >>> net = StandardizedMLP(torch.nn.Linear(2, 1), input_offset=torch.tensor([10.0, 0.0]),
+    ...                       input_scale=torch.tensor([2.0, 1.0]))
+    >>> with torch.no_grad():
+    ...     net[0].weight.fill_(1.0); net[0].bias.zero_()
+    >>> net(torch.tensor([[12.0, 3.0]])).item()  # (12 − 10)/2 + 3/1
+    4.0
+    """
+
+    def __init__(self, *layers, input_offset, input_scale):
+        super().__init__(*layers)
+        self.register_buffer("input_offset", torch.as_tensor(input_offset).clone())
+        self.register_buffer("input_scale", torch.as_tensor(input_scale).clone())
+
+    def forward(self, x):
+        return super().forward((x - self.input_offset) / self.input_scale)
+
+
+def standardize_mlp(mlp: nn.Sequential, input_offset, input_scale) -> StandardizedMLP:
+    """The :class:`StandardizedMLP` with the layers (shared, not copied) of ``mlp``."""
+    like = next(mlp.parameters())
+    as_t = lambda v: torch.as_tensor(v, dtype=like.dtype, device=like.device)  # noqa: E731
+    return StandardizedMLP(*mlp.children(), input_offset=as_t(input_offset), input_scale=as_t(input_scale))
+
+
 def train_mode_layers(module: nn.Module) -> list:
     """Names (and classes) of the submodules of ``module`` in train mode whose output depends on
     train mode: dropout (``nn.Dropout*``, recurrent layers and ``nn.MultiheadAttention`` with
@@ -323,7 +371,25 @@ class MLPAdapter(ModuleAdapter):
         #: 'numpy': the Jacobian of CPU tensors on NumPy views (:mod:`skfilter._array_ops`); 'torch'
         self.cpu_backend = "numpy"
         self._layer_shapes = [tuple(m.weight.shape) for m in children[0::2]]
+        self._input_map = None  # (1/scale, −offset/scale) of a StandardizedMLP, as tensors and arrays
         super().__init__(module, device, dtype, n_inputs, blocks)
+        if isinstance(self.module, StandardizedMLP):
+            inv = 1.0 / self.module.input_scale
+            shift = -self.module.input_offset * inv
+            self._input_map = {"torch": (inv, shift)}
+            if inv.device.type == "cpu":
+                self._input_map["numpy"] = (inv.numpy(), shift.numpy())
+
+    def _inputs(self, ops, X_):
+        """``X`` as the first Linear sees it: standardised for a :class:`StandardizedMLP` (one fused
+        multiply-add), unchanged otherwise."""
+        if self._input_map is None:
+            return X_
+        if isinstance(X_, torch.Tensor):
+            inv, shift = self._input_map["torch"]
+            return torch.addcmul(shift, X_, inv)
+        inv, shift = self._input_map["numpy"]
+        return X_ * inv + shift
 
     def default_blocks(self) -> dict:
         """``{'hidden': all layers but the last, 'last': the last Linear's weight and bias}``
@@ -335,7 +401,7 @@ class MLPAdapter(ModuleAdapter):
     @staticmethod
     def supports(module: nn.Module) -> bool:
         """Whether ``module`` is a plain MLP the fused path can differentiate."""
-        if type(module) is not nn.Sequential:
+        if type(module) not in (nn.Sequential, StandardizedMLP):
             return False
         children = list(module.children())
         if len(children) % 2 == 0:
@@ -357,6 +423,7 @@ class MLPAdapter(ModuleAdapter):
         same rounding as the outputs returned with the Jacobian); ``θ (..., P)`` gives ``(..., n, C)``."""
         ops = ops_for(theta, prefer_numpy=self.cpu_backend == "numpy")
         theta_, X_ = as_numpy(ops, theta, X)
+        X_ = self._inputs(ops, X_)
         z = _mlp_pass(ops, _mlp_layers(theta_, self._layer_shapes)[0], X_, self._act_names)[0]
         return as_tensor(ops, z)[0]
 
@@ -369,6 +436,7 @@ class MLPAdapter(ModuleAdapter):
         :mod:`skfilter._array_ops`) or on the tensors themselves (GPU, or ``cpu_backend='torch'``)."""
         ops = ops_for(theta, prefer_numpy=self.cpu_backend == "numpy")
         theta_, X_ = as_numpy(ops, theta, X)
+        X_ = self._inputs(ops, X_)
         f, J = mlp_forward_jacobian(ops, theta_, X_, self._layer_shapes, self._act_names)
         return as_tensor(ops, f, J)
 

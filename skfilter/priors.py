@@ -6,11 +6,19 @@ and targets: on raw features of scale 16 (digits) the first layer's pre-activati
 deviation ~16·√(fan-in fraction), logits saturate and the filter diverges; on raw targets of scale
 70 (diabetes) the prior predictive has scale 1 and the reported uncertainty covers nothing.
 
-``'auto'`` chooses the prior so that the **prior predictive matches the first two moments of the
-data the stream starts with** (the rows of the first ``fit``/``partial_fit`` call), layer by layer,
-as the initialisation does for standardised data (LeCun: ``Var = 1/fan_in``):
+``'auto'`` has two parts, both fixed by the rows of the first ``fit``/``partial_fit`` call.
 
-* first layer, weight from input ``i``: variance ``1 / (D · m_i)`` with ``m_i = mean(x_i²)`` (so
+**Standardised inputs.** The default MLP becomes a :class:`~skfilter.models.StandardizedMLP`: it
+standardises every input by the mean and standard deviation of those rows
+(:func:`input_standardization`), frozen for the life of the model. For the full-covariance filter
+this is a reparametrisation of the first layer only; for diagonal and low-rank beliefs it is what
+keeps them well conditioned (raw iris: VD-EKF 0.76 → 0.91 accuracy, as on standardised features).
+
+**A prior scaled to the data.** The prior predictive matches the first two moments of those rows,
+layer by layer, as the initialisation does for standardised data (LeCun: ``Var = 1/fan_in``):
+
+* first layer, weight from input ``i``: variance ``1 / (D · m_i)`` with ``m_i = mean(x_i²)`` of the
+  input as the first Linear sees it (1 once standardised, unless the feature is constant; so
   that each pre-activation ``Σ_i w_i x_i`` has unit prior variance whatever the feature scales);
   its initial value (the prior mean) is the LeCun draw scaled by ``1/√m_i``;
 * hidden and output layers: variance ``1 / fan_in`` (the initialisation's);
@@ -40,6 +48,24 @@ def _moments(a: np.ndarray, weights=None):
         w = np.ones(a.shape[0])
     mean = np.average(a, axis=0, weights=w)
     return mean, np.sqrt(np.average((a - mean) ** 2, axis=0, weights=w))
+
+
+def input_standardization(X: np.ndarray, weights=None):
+    """``(offset, scale)`` per feature of the rows ``X (n, D)`` a stream starts with: their
+    (weighted) mean and standard deviation. A feature that does not vary in those rows (or a
+    single row) keeps offset ``mean`` and gets scale ``max(|mean|, 1)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfilter.priors import input_standardization
+    >>> offset, scale = input_standardization(np.array([[1.0, 5.0], [3.0, 5.0]]))
+    >>> offset.tolist(), scale.tolist()
+    ([2.0, 5.0], [1.0, 5.0])
+    """
+    mean, std = _moments(X, weights)
+    fallback = np.maximum(np.abs(mean), 1.0)
+    return mean, np.where(std > 1e-8 * fallback, std, fallback)
 
 
 def target_scale(Y: np.ndarray, weights=None):
@@ -89,7 +115,11 @@ def auto_prior(adapter, X: np.ndarray, Y: np.ndarray | None = None, prior_scale:
                 var[a:b] = 1.0 / float(np.prod(shape[1:]))
         return theta, var * prior_scale
     w = None if weights is None or not np.sum(weights) > 0 else np.asarray(weights, dtype=np.float64)
-    m2 = np.average(np.asarray(X, dtype=np.float64) ** 2, axis=0, weights=w)
+    X = np.asarray(X, dtype=np.float64)
+    offset, scale = (getattr(adapter.module, k, None) for k in ("input_offset", "input_scale"))
+    if offset is not None:  # a StandardizedMLP: the first Linear sees standardised inputs
+        X = (X - offset.detach().cpu().double().numpy()) / scale.detach().cpu().double().numpy()
+    m2 = np.average(X ** 2, axis=0, weights=w)
     m2 = np.where(m2 > 0, m2, 1.0)
     k = 0
     n_layers = len(layer_shapes)

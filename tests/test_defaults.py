@@ -146,3 +146,57 @@ def test_auto_prior_ignores_rows_of_weight_zero():
     a = EKFRegressor(hidden_layer_sizes=(3,), random_state=0).fit(X2, y, sample_weight=w)
     b = EKFRegressor(hidden_layer_sizes=(3,), random_state=0).fit(X[w > 0], y[w > 0])
     np.testing.assert_allclose(a.posterior_.mean.numpy(), b.posterior_.mean.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_auto_standardises_the_default_mlps_inputs_so_diagonal_beliefs_learn_raw_features():
+    """VD-EKF on raw iris reached 0.76 accuracy with a prior scaled per feature only (offsets of
+    ~6 couple each first-layer weight with its bias, which a diagonal covariance cannot hold); with
+    the inputs standardised inside the model it matches its result on standardised features."""
+    Xtr, Xte, ytr, yte = _split(*load_iris(return_X_y=True), True)
+    raw = EKFClassifier(covariance="vd", random_state=0).fit(Xtr, ytr)
+    scaler = StandardScaler().fit(Xtr)
+    std = EKFClassifier(covariance="vd", random_state=0).fit(scaler.transform(Xtr), ytr)
+    assert (raw.predict(Xte) == yte).mean() >= 0.9
+    np.testing.assert_allclose(raw.predict_proba(Xte), std.predict_proba(scaler.transform(Xte)), atol=1e-8)
+    np.testing.assert_allclose(raw.module_.input_offset.numpy(), scaler.mean_, rtol=1e-12)
+    np.testing.assert_allclose(raw.module_.input_scale.numpy(), scaler.scale_, rtol=1e-12)
+
+
+def test_standardized_mlp_module_takes_raw_inputs_and_both_adapters_agree():
+    from skfilter.models import StandardizedMLP, make_adapter
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(loc=[5.0, -300.0], scale=[0.5, 40.0], size=(30, 2))
+    y = np.sin(X[:, 0]) + X[:, 1] / 100
+    reg = EKFRegressor(hidden_layer_sizes=(4,), random_state=0).fit(X, y)
+    assert isinstance(reg.module_, StandardizedMLP)
+    with torch.no_grad():  # the fitted module is usable on raw inputs, as predict
+        np.testing.assert_allclose(reg.module_(torch.as_tensor(X)).numpy().ravel(),
+                                   reg.predict(X), rtol=1e-10)
+    theta = reg.posterior_.mean
+    fused = make_adapter(reg.module_, torch.device("cpu"), torch.float64, 2)
+    general = make_adapter(reg.module_, torch.device("cpu"), torch.float64, 2, fused=False)
+    assert type(fused).__name__ == "MLPAdapter" and type(general).__name__ == "ModuleAdapter"
+    Xt = torch.as_tensor(X[:5])
+    f1, J1 = fused.forward_jacobian(theta, Xt)
+    f2, J2 = general.forward_jacobian(theta, Xt)
+    torch.testing.assert_close(f1, f2, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(J1, J2, rtol=1e-12, atol=1e-12)
+
+
+def test_explicit_prior_variance_or_a_users_module_keep_the_inputs_as_given():
+    from skfilter.models import StandardizedMLP
+
+    X, y = load_iris(return_X_y=True)
+    assert not isinstance(EKFClassifier(prior_variance=0.1, random_state=0).fit(X, y).module_, StandardizedMLP)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 3))
+    assert type(EKFClassifier(module=net, random_state=0).fit(X, y).module_) is torch.nn.Sequential
+
+
+def test_partial_fit_from_one_row_standardises_by_that_row():
+    X = np.array([[200.0, 0.0, -3.0]])
+    reg = LoFiRegressor(hidden_layer_sizes=(3,), rank=2, random_state=0).partial_fit(X, [1.0])
+    np.testing.assert_allclose(reg.module_.input_offset.numpy(), X[0])
+    np.testing.assert_allclose(reg.module_.input_scale.numpy(), [200.0, 1.0, 3.0])
+    reg.partial_fit(X * 1.01, [1.1])
+    assert np.isfinite(reg.predict(X * 0.99)).all()
