@@ -6,12 +6,15 @@ EKFRegressor, EKFClassifier
     Extended Kalman filters with full, VD-diagonal or FD-diagonal covariance.
 LoFiRegressor, LoFiClassifier
     LoFi: diagonal-plus-low-rank precision, cost linear in the number of parameters.
+WoLFRegressor, WoLFClassifier
+    Outlier-robust (weighted-likelihood) filtering over any of the above.
 """
 
 from .ekf import EKFClassifier, EKFRegressor
 from .exceptions import FilterStepError
 from .lofi import LoFiClassifier, LoFiRegressor
+from .wolf import WoLFClassifier, WoLFRegressor
 
 __version__ = "0.1.0.dev0"
 
-__all__ = ["EKFRegressor", "EKFClassifier", "LoFiRegressor", "LoFiClassifier", "FilterStepError", "__version__"]
+__all__ = ["EKFRegressor", "EKFClassifier", "LoFiRegressor", "LoFiClassifier", "WoLFRegressor", "WoLFClassifier", "FilterStepError", "__version__"]

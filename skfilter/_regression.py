@@ -25,6 +25,14 @@ AUTO_NOISE_FORGETTING = 0.02
 #: pseudo-rows of the prior on the noise variance of ``obs_variance='auto'`` (started at the variance
 #: of the first call's targets)
 AUTO_NOISE_PRIOR_ROWS = 10.0
+
+#: ``c`` of ``obs_variance='robust'``: the ``'auto'`` estimate made outlier-robust (WoLF-EWMA on the
+#: variance level, :class:`~skfilter.likelihoods.Gaussian`); a squared residual 4 times its expected
+#: size gets weight 1/2
+ROBUST_NOISE_THRESHOLD = 4.0
+
+#: the string values of ``obs_variance``
+_NOISE_ESTIMATES = ("auto", "robust", "adaptive")
 _REGRESSION_PREDICTIVES = ("linearized", "plugin", "mc")
 
 
@@ -52,12 +60,12 @@ class FilterRegressorMixin(RegressorMixin):
         check_int(self.n_mc_samples, "n_mc_samples", 1)
         r = self.obs_variance
         if isinstance(r, str):
-            if r not in ("auto", "adaptive"):
-                raise ValueError("obs_variance must be positive, an array of positive values, 'auto' or 'adaptive', "
-                                 f"got {r!r}.")
+            if r not in _NOISE_ESTIMATES:
+                raise ValueError("obs_variance must be positive, an array of positive values, 'auto', 'robust' or "
+                                 f"'adaptive', got {r!r}.")
         else:
             if isinstance(r, bool) or not (isinstance(r, numbers.Real) or hasattr(r, "__len__")):
-                raise TypeError(f"obs_variance must be a positive number, array, 'auto' or 'adaptive', got {r!r}.")
+                raise TypeError(f"obs_variance must be a positive number, array, 'auto', 'robust' or 'adaptive', got {r!r}.")
             arr = np.asarray(r, dtype=np.float64)
             if arr.ndim > 1 or arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr <= 0):
                 raise ValueError(f"obs_variance must be positive and finite (a scalar or a 1-d array), got {r!r}.")
@@ -69,7 +77,8 @@ class FilterRegressorMixin(RegressorMixin):
         residuals then refine it instead of replacing it (with ``ε_1 = 1`` one lucky first
         prediction would make the filter believe the data noise-free)."""
         state = super()._initial_noise(n_outputs, cfg, Y, weights)
-        if not (isinstance(self.obs_variance, str) and self.obs_variance == "auto") or self.likelihood == "poisson":
+        if not (isinstance(self.obs_variance, str) and self.obs_variance in ("auto", "robust")) \
+                or self.likelihood == "poisson":
             return state
         _, scale = target_scale(Y, weights)
         r = torch.full_like(state["r"], float(np.mean(scale ** 2)))
@@ -109,8 +118,10 @@ class FilterRegressorMixin(RegressorMixin):
     def _make_likelihood(self, n_outputs, cfg):
         if self.likelihood == "poisson":
             return Poisson()
-        if isinstance(self.obs_variance, str) and self.obs_variance == "auto":  # the online estimate with a forgetting floor (module docstring)
-            return Gaussian("adaptive", eps_min=AUTO_NOISE_FORGETTING)
+        if isinstance(self.obs_variance, str) and self.obs_variance in ("auto", "robust"):
+            # the online estimate with a forgetting floor (module docstring), optionally robust
+            robust = ROBUST_NOISE_THRESHOLD if self.obs_variance == "robust" else None
+            return Gaussian("adaptive", eps_min=AUTO_NOISE_FORGETTING, robust_threshold=robust)
         return Gaussian(self.obs_variance)
 
     def partial_fit(self, X, y, sample_weight=None):

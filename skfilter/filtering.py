@@ -12,7 +12,7 @@ One step, in this order::
 
     1. dynamics        belief⁻ = apply_dynamics(belief)                (inflation, γ, q, OU, reset)
     2. linearise       f = h(μ⁻, x),  J = ∂h/∂θ (μ⁻)                   (one batched call for K means)
-    3. prior predictive  residual y − E[y | f],  S = J Σ⁻ Jᵀ + R         (R with the noise state of t−1)
+    3. prior predictive  residual y − E[y | f],  S = G J Σ⁻ Jᵀ Gᵀ + R    (G = ∂E[y|f]/∂f; R of t−1)
     4. weight          w = weighting(residual, S)                      (robust weights; R ← R / w²)
     5. noise update    r_t from the prior-predictive residual, each row counting with its weight
     6. structure update  with the rows whitened by r_t, scaled by √(sample_weight) · w
@@ -57,8 +57,10 @@ class EngineParts(NamedTuple):
     reference : skfilter.dynamics.Reference
         The prior ``N(μ₀, diag(σ₀²))``: target of mean reversion and resets.
     weighting : callable or None
-        ``weighting(residual (..., n, C), S (..., n, C, C)) → w (..., n)``; ``R`` is scaled by
-        ``1 / w²``. ``None``: ``w = 1``.
+        ``weighting(residual (..., n, C), S (..., n, C, C)) → w (..., n)`` with ``S`` the prior
+        predictive covariance of ``y`` (:meth:`~skfilter.likelihoods.Likelihood.predictive_covariance`);
+        ``R`` is scaled by ``1 / w²``. A function with ``takes_noise_covariance = True``
+        (:mod:`skfilter.weighting`) is called as ``weighting(residual, S, R)``. ``None``: ``w = 1``.
     """
 
     adapter: Any
@@ -130,8 +132,12 @@ def filter_step(parts: EngineParts, state: FilterState, X, Y, sample_weight=None
     w = sample_weight
     if parts.weighting is not None:
         residual = Y - likelihood.mean(f)
-        S = None if quad is None else quad + likelihood.noise_covariance(f, noise)
-        robust = torch.as_tensor(parts.weighting(residual, S), dtype=f.dtype, device=f.device)
+        S = None if quad is None else likelihood.predictive_covariance(f, quad, noise)
+        if getattr(parts.weighting, "takes_noise_covariance", False):
+            weights = parts.weighting(residual, S, likelihood.noise_covariance(f, noise))
+        else:
+            weights = parts.weighting(residual, S)
+        robust = torch.as_tensor(weights, dtype=f.dtype, device=f.device)
         robust = robust.expand(f.shape[:-1])
         w2 = robust * robust
         w = w2 if w is None else w * w2

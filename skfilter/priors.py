@@ -23,10 +23,10 @@ layer by layer, as the initialisation does for standardised data (LeCun: ``Var =
   its initial value (the prior mean) is the LeCun draw scaled by ``1/√m_i``;
 * hidden and output layers: variance ``1 / fan_in`` (the initialisation's);
 * biases: variance 1 (prior mean 0);
-* regression output ``c`` (targets ``y_c`` of mean ``ȳ_c`` and scale ``s_c``): the output layer's
+* regression output ``c`` (targets ``y_c`` of centre ``ȳ_c`` and scale ``s_c``): the output layer's
   row ``c`` is scaled by ``s_c`` (prior mean and standard deviation), its bias has prior mean
-  ``ȳ_c`` and variance ``s_c²``. ``s_c`` is the standard deviation of the first call's targets
-  (``max(|ȳ_c|, 1)`` when there is only one distinct value).
+  ``ȳ_c`` and variance ``s_c²``. ``ȳ_c`` and ``s_c`` are the median and the MAD-based standard
+  deviation of the first call's targets (:func:`target_scale`: robust to outliers among them).
 
 On standardised data (``m_i = 1``, ``ȳ = 0``, ``s = 1``) this is LeCun's initialisation with prior
 variance ``1/fan_in`` per weight. The ``prior_scale`` factor multiplies every variance. For a user
@@ -68,12 +68,46 @@ def input_standardization(X: np.ndarray, weights=None):
     return mean, np.where(std > 1e-8 * fallback, std, fallback)
 
 
+def _weighted_median(a: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Column-wise weighted median of ``a (n, C)`` (the lower median for even total weight)."""
+    order = np.argsort(a, axis=0, kind="stable")
+    a_sorted = np.take_along_axis(a, order, axis=0)
+    cum = np.cumsum(w[order], axis=0)
+    idx = np.argmax(cum >= 0.5 * cum[-1], axis=0)
+    return a_sorted[idx, np.arange(a.shape[1])]
+
+
+#: ``1 / Φ⁻¹(3/4)``: the median absolute deviation times this estimates a normal standard deviation
+MAD_TO_STD = 1.482602218505602
+
+
 def target_scale(Y: np.ndarray, weights=None):
-    """``(ȳ, s)`` per output of the targets ``Y (n, C)``: (weighted) mean and standard deviation,
-    with ``s = max(|ȳ|, 1)`` where the targets do not vary (one row)."""
-    mean, std = _moments(Y, weights)
-    fallback = np.maximum(np.abs(mean), 1.0)
-    return mean, np.where(std > 0, std, fallback)
+    """``(centre, scale)`` per output of the targets ``Y (n, C)``, robust to outliers among them:
+    the (weighted) median and ``1.4826 × median |y − median|`` (the normal standard deviation the
+    median absolute deviation estimates). Where that is 0 (more than half the targets equal), the
+    (weighted) standard deviation; where the targets do not vary at all (one row),
+    ``max(|centre|, 1)``.
+
+    A single gross outlier among the first rows (``y = 1e6`` among values of scale 1) moves neither:
+    the prior and the first noise estimate of ``'auto'`` keep the scale of the other targets.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfilter.priors import target_scale
+    >>> centre, scale = target_scale(np.array([[1.0], [2.0], [3.0], [1e6]]))
+    >>> centre.tolist(), scale.round(3).tolist()
+    ([2.0], [1.483])
+    """
+    Y = np.asarray(Y, dtype=np.float64)
+    w = np.ones(Y.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
+    if not w.sum() > 0:
+        w = np.ones(Y.shape[0])
+    centre = _weighted_median(Y, w)
+    mad = MAD_TO_STD * _weighted_median(np.abs(Y - centre), w)
+    _, std = _moments(Y, w)
+    fallback = np.maximum(np.abs(centre), 1.0)
+    return centre, np.where(mad > 0, mad, np.where(std > 0, std, fallback))
 
 
 def auto_prior(adapter, X: np.ndarray, Y: np.ndarray | None = None, prior_scale: float = 1.0, weights=None):
@@ -102,7 +136,7 @@ def auto_prior(adapter, X: np.ndarray, Y: np.ndarray | None = None, prior_scale:
     >>> adapter = make_adapter(make_mlp(2, (3,), 1, seed=0), torch.device("cpu"), torch.float64, 2)
     >>> X = np.array([[10.0, 0.1], [-10.0, -0.1]])
     >>> mean, var = auto_prior(adapter, X)
-    >>> var[:2].tolist()  # first hidden unit's weights: 1 / (D · mean(x_i²))
+    >>> var[:2].round(decimals=12).tolist()  # first hidden unit's weights: 1 / (D · mean(x_i²))
     [0.005, 50.0]
     """
     theta = adapter.initial_theta().clone()

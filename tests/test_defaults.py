@@ -130,7 +130,10 @@ def test_auto_prior_is_lecun_on_standardised_data_and_scales_with_the_features()
     # regression targets: output layer scaled by their sd, bias centred on their mean
     Y = 50.0 + 7.0 * np.random.default_rng(1).normal(size=(5000, 1))
     mean3, var3 = auto_prior(adapter, X, Y)
-    ybar, sd = Y.mean(), Y.std()
+    lower_median = lambda a: np.sort(a.ravel())[(a.size - 1) // 2]  # noqa: E731
+    ybar = lower_median(Y)
+    sd = 1.482602218505602 * lower_median(np.abs(Y - ybar))  # robust: median and MAD
+    assert abs(ybar - Y.mean()) < 0.05 * Y.std() and abs(sd / Y.std() - 1) < 0.05
     np.testing.assert_allclose(mean3[16:20].numpy(), theta[16:20].numpy() * sd, rtol=1e-12)
     np.testing.assert_allclose(mean3[20].item(), ybar, rtol=1e-12)
     np.testing.assert_allclose(var3[20].item(), sd ** 2, rtol=1e-12)
@@ -200,3 +203,21 @@ def test_partial_fit_from_one_row_standardises_by_that_row():
     np.testing.assert_allclose(reg.module_.input_scale.numpy(), [200.0, 1.0, 3.0])
     reg.partial_fit(X * 1.01, [1.1])
     assert np.isfinite(reg.predict(X * 0.99)).all()
+
+
+def test_a_gross_outlier_among_the_first_targets_does_not_set_the_prior_scale():
+    """The 'auto' prior and first noise estimate take the targets' median and MAD: one y = 1e6
+    among the first rows leaves them where the other targets put them."""
+    from skfilter.priors import target_scale
+
+    rng = np.random.default_rng(0)
+    y = rng.normal(size=(50, 1))
+    y_bad = y.copy()
+    y_bad[3] = 1e6
+    (c1, s1), (c2, s2) = target_scale(y), target_scale(y_bad)
+    assert abs(c2[0] - c1[0]) < 0.1 and abs(s2[0] / s1[0] - 1) < 0.1
+    X = rng.normal(size=(50, 2))
+    reg = EKFRegressor(hidden_layer_sizes=(3,), random_state=0)
+    reg.partial_fit(X[:10], y_bad[:10, 0])  # the outlier is in the first call
+    # the bias of the output layer is centred on the median, not on the mean (~1e5)
+    assert abs(reg._reference.mean[-1].item()) < 3.0

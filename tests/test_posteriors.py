@@ -824,7 +824,7 @@ def test_adaptive_noise_matches_hand_recursion(batch_size, weighted, eps_min):
         Sig = gamma ** 2 * Sig + q * np.eye(P)
         for t in range(i, j):  # prior-predictive residuals, all at μ⁻ of this step
             total += w[t]
-            eps = max(eps_min, w[t] / total)
+            eps = max(min(eps_min * w[t], 1.0), w[t] / total)  # the floor scales with the weight
             resid2 = np.mean((Y[t] - H[t] @ mu) ** 2)
             r = max((1 - eps) * (1.0 if r is None else r) + eps * resid2, 1e-6)
         Hb = H[i:j].reshape(-1, P)
