@@ -328,14 +328,19 @@ class ReplaySGDRegressor(RegressorMixin, _ReplayBase):
     Parameters
     ----------
     hidden_layer_sizes : tuple of int, default=(50,)
-        Hidden widths of the default MLP (ignored when ``module`` is given).
+        Hidden widths of the default MLP (ignored when ``module`` is given; ``()`` is a linear
+        model), as the filters' (50 units: the LoFi paper's UCI setting).
     activation : {'relu', 'tanh', 'logistic', 'identity', 'elu'}, default='relu'
         Hidden non-linearity of the default MLP.
     module : torch.nn.Module class or instance, default=None
         The network. A class is instantiated with the ``module__<name>`` keyword arguments (its
         initialisation seeded by ``random_state``); an instance is copied and trained from its
-        current weights. ``None``: the filters' default MLP (LeCun-normal weights, zero biases), so
-        a filter with the same ``random_state`` starts from the same weights.
+        current weights. ``None``: the filters' default MLP (LeCun-normal weights, zero biases),
+        drawn as a filter with the same ``random_state`` draws it: the same initial weights as a
+        filter with a float ``prior_variance`` (under the filters' default ``'auto'`` their MLP
+        also standardises its inputs and, for regression, scales its output layer to the targets).
+        The inputs are used as given: standardise the features (and regression targets), as for
+        scikit-learn's MLPs.
     buffer_size : int, default=10
         ``B``, rows kept in the FIFO replay buffer (1: online gradient descent).
     n_inner : int, default=1
@@ -572,14 +577,19 @@ class ReplaySGDClassifier(ProbabilisticClassifierMixin, ClassifierMixin, _Replay
     Parameters
     ----------
     hidden_layer_sizes : tuple of int, default=(50,)
-        Hidden widths of the default MLP (ignored when ``module`` is given).
+        Hidden widths of the default MLP (ignored when ``module`` is given; ``()`` is a linear
+        model), as the filters' (50 units: the LoFi paper's UCI setting).
     activation : {'relu', 'tanh', 'logistic', 'identity', 'elu'}, default='relu'
         Hidden non-linearity of the default MLP.
     module : torch.nn.Module class or instance, default=None
         The network. A class is instantiated with the ``module__<name>`` keyword arguments (its
         initialisation seeded by ``random_state``); an instance is copied and trained from its
-        current weights. ``None``: the filters' default MLP (LeCun-normal weights, zero biases), so
-        a filter with the same ``random_state`` starts from the same weights.
+        current weights. ``None``: the filters' default MLP (LeCun-normal weights, zero biases),
+        drawn as a filter with the same ``random_state`` draws it: the same initial weights as a
+        filter with a float ``prior_variance`` (under the filters' default ``'auto'`` their MLP
+        also standardises its inputs and, for regression, scales its output layer to the targets).
+        The inputs are used as given: standardise the features (and regression targets), as for
+        scikit-learn's MLPs.
     buffer_size : int, default=10
         ``B``, rows kept in the FIFO replay buffer (1: online gradient descent).
     n_inner : int, default=1

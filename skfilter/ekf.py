@@ -46,14 +46,20 @@ class EKFRegressor(_EKFStructure, FilterRegressorMixin, BaseFilter):
     Parameters
     ----------
     hidden_layer_sizes : tuple of int, default=(50,)
-        Hidden widths of the default MLP (ignored when ``module`` is given).
+        Hidden widths of the default MLP (ignored when ``module`` is given; ``()`` is a linear
+        model). 50 units as in the LoFi paper's UCI experiments, not ``MLPRegressor``'s 100: the
+        full covariance holds ``P × P`` numbers and costs ``O(P² C)`` per row.
     activation : {'relu', 'tanh', 'logistic', 'identity', 'elu'}, default='relu'
         Hidden non-linearity of the default MLP.
     module : torch.nn.Module class or instance, default=None
-        The network ``h(θ, x)``. A class is instantiated with the ``module__<name>`` keyword
-        arguments (its random initialisation seeded by ``random_state``); an instance is copied and
-        its current weights are the **prior mean** (never re-initialised). ``None``: the default
-        MLP, LeCun-normal weights and zero biases.
+        The network ``h(θ, x)``. ``None``: the default MLP (``hidden_layer_sizes``, ``activation``;
+        LeCun-normal weights, zero biases); with ``prior_variance='auto'`` it standardises its inputs
+        by the mean and standard deviation of the rows of the first ``fit``/``partial_fit`` call,
+        frozen for the life of the model (:class:`~skfilter.models.StandardizedMLP`; ``module_``
+        takes raw inputs). A class is instantiated with the ``module__<name>`` keyword arguments (its
+        random initialisation seeded by ``random_state``); an instance is copied and its current
+        weights are the **prior mean** (never re-initialised). A module of yours gets no input
+        scaling: standardise its inputs (and regression targets) yourself.
     covariance : {'full', 'vd', 'fd'}, default='full'
         Posterior structure: dense covariance, or diagonal with VD (precision matching) or FD
         (variance matching) projection.
@@ -62,21 +68,28 @@ class EKFRegressor(_EKFStructure, FilterRegressorMixin, BaseFilter):
         eq. 25 as in the authors' code (``'paper'``; diverges for prior variances ≳ 0.01 on
         standardised UCI data). Ignored for the other structures.
     prior_variance : 'auto' or float, default='auto'
-        Prior covariance of the weights. ``'auto'`` (see :mod:`skfilter.priors`): each weight's
-        prior variance is its initialisation variance (``1/fan_in``), the first layer's scaled per
-        input feature by the inverse mean square of that feature in the first rows the estimator
-        sees, so raw, unscaled features work; regressors also scale the output layer to the targets'
-        standard deviation (and centre its bias on their mean), classifiers give the logits prior
-        standard deviation √3. A float: ``prior_variance · I`` around the initial weights (the
+        Prior covariance of the weights. ``'auto'`` (:mod:`skfilter.priors`), made for raw,
+        unscaled data: the default MLP standardises its inputs by the first call's rows (see
+        ``module``), each weight's prior variance is its initialisation variance ``1/fan_in``
+        (biases 1), and the output layer is scaled to the spread of the first call's targets, its
+        bias centred on them (Gaussian likelihood; :func:`~skfilter.priors.target_scale`), so that
+        the prior predictive has the targets' location and scale. A user ``module`` gets
+        ``1/fan_in`` per weight matrix, 1 for the other parameters, and no data scaling. A float:
+        ``prior_variance · I`` around the initial weights, inputs and targets used as given (the
         papers' parametrisation; standardise features and targets then).
     obs_variance : 'auto', 'adaptive', float or array of shape (n_outputs,), default='auto'
-        Observation-noise variance ``r`` of the Gaussian likelihood. ``'auto'``: the online estimate
-        of spec/lofi.md §2.9 (C.2) from the one-step-ahead residuals, forgetting with an exponential
-        window of ~50 rows (``ε_min = 0.02``), so that the ±2σ band follows the current error;
-        ``'adaptive'``: the paper's running mean (``ε_t = 1/t``); a float or array: fixed
-        variance(s), in the targets' units. Ignored by the Poisson likelihood.
+        Observation-noise variance ``r`` of the Gaussian likelihood, in the targets' units squared.
+        ``'auto'``: the online estimate of spec/lofi.md §2.9 (C.2) from the one-step-ahead
+        residuals, forgetting with an exponential window of about 50 rows (``ε_min = 0.02``) and
+        started at the squared scale of the first call's targets, counted as 10 pseudo-rows, so that
+        the ±2σ band follows the current error; ``'adaptive'``: the paper's running mean
+        (``ε_t = 1/t``), which keeps the large errors of the first rows in the estimate for good; a
+        float or array: fixed variance(s). ``obs_variance_`` is the value the next step uses.
+        Ignored by the Poisson likelihood.
     likelihood : {'gaussian', 'poisson'}, default='gaussian'
-        Observation model; 'poisson' uses a log link (counts).
+        Observation model: Gaussian with variance ``obs_variance``, or Poisson for non-negative
+        counts, the network giving the log-rate (log link; ``prior_variance='auto'`` then does not
+        scale the output layer to the targets).
     process_noise : float, default=0.0
         ``q`` of the dynamics ``θ_t = γ θ_{t−1} + N(0, q I)`` applied before every step.
     decay : float, default=1.0
@@ -89,15 +102,21 @@ class EKFRegressor(_EKFStructure, FilterRegressorMixin, BaseFilter):
         Rows per filter step; their pseudo-observations are conditioned on jointly, linearised at
         the same predicted mean (1 = one row at a time, the exact sequential filter).
     predictive : {'linearized', 'plugin', 'mc'}, default='linearized'
-        How the posterior predictive is computed (see ``FilterRegressorMixin``).
+        How predictions integrate over the weights: ``'linearized'`` linearises ``h`` at the
+        posterior mean (Gaussian: mean ``h(μ, x)``, variance ``J Σ Jᵀ + r``); ``'plugin'`` uses the
+        network at the posterior mean (no weight uncertainty); ``'mc'`` averages ``n_mc_samples``
+        weight draws. Read at prediction time.
     n_mc_samples : int, default=100
         Parameter draws of the Monte-Carlo predictive.
     random_state : int, RandomState instance or None, default=None
         Seeds the initial weights, the shuffles and the Monte-Carlo predictive.
     device : str or torch.device, default='cpu'
-        Where the belief lives and the filter runs ('cpu', 'cuda', 'cuda:1', …).
+        Where the belief lives and the filter runs ('cpu', 'cuda', 'cuda:1', …; other devices, or
+        CUDA without a CUDA build of torch, raise ``ValueError`` in ``fit``). Changed on a fitted
+        estimator, it moves the belief at the next ``partial_fit``.
     dtype : {None, 'float64', 'float32'}, default=None
-        ``None``: float64 on the CPU, float32 on a GPU.
+        ``None``: float64 on the CPU, float32 on a GPU. Data are validated in this dtype (entries
+        beyond ``finfo.max ** (1/4)`` are rejected before anything is learned).
     verbose : int, default=0
         Show a progress bar while fitting when > 0.
     **module_kwargs
@@ -122,7 +141,7 @@ class EKFRegressor(_EKFStructure, FilterRegressorMixin, BaseFilter):
     n_outputs_ : int
         Number of targets.
     obs_variance_ : ndarray of shape (n_outputs,)
-        Observation variance the next step uses (the online estimate with 'adaptive').
+        Observation variance the next step uses (the online estimate with 'auto' or 'adaptive').
 
     Examples
     --------
@@ -153,14 +172,20 @@ class EKFClassifier(_EKFStructure, FilterClassifierMixin, BaseFilter):
     Parameters
     ----------
     hidden_layer_sizes : tuple of int, default=(50,)
-        Hidden widths of the default MLP (ignored when ``module`` is given).
+        Hidden widths of the default MLP (ignored when ``module`` is given; ``()`` is a linear
+        model). 50 units, not ``MLPClassifier``'s 100: the full covariance holds ``P × P`` numbers
+        and costs ``O(P² C)`` per row (digits: ``P`` = 3,760 with ``(50,)``, 7,510 with ``(100,)``).
     activation : {'relu', 'tanh', 'logistic', 'identity', 'elu'}, default='relu'
         Hidden non-linearity of the default MLP.
     module : torch.nn.Module class or instance, default=None
-        The network ``h(θ, x)``. A class is instantiated with the ``module__<name>`` keyword
-        arguments (its random initialisation seeded by ``random_state``); an instance is copied and
-        its current weights are the **prior mean** (never re-initialised). ``None``: the default
-        MLP, LeCun-normal weights and zero biases.
+        The network ``h(θ, x)``. ``None``: the default MLP (``hidden_layer_sizes``, ``activation``;
+        LeCun-normal weights, zero biases); with ``prior_variance='auto'`` it standardises its inputs
+        by the mean and standard deviation of the rows of the first ``fit``/``partial_fit`` call,
+        frozen for the life of the model (:class:`~skfilter.models.StandardizedMLP`; ``module_``
+        takes raw inputs). A class is instantiated with the ``module__<name>`` keyword arguments (its
+        random initialisation seeded by ``random_state``); an instance is copied and its current
+        weights are the **prior mean** (never re-initialised). A module of yours gets no input
+        scaling: standardise its inputs (and regression targets) yourself.
     covariance : {'full', 'vd', 'fd'}, default='full'
         Posterior structure: dense covariance, or diagonal with VD (precision matching) or FD
         (variance matching) projection.
@@ -169,13 +194,14 @@ class EKFClassifier(_EKFStructure, FilterClassifierMixin, BaseFilter):
         eq. 25 as in the authors' code (``'paper'``; diverges for prior variances ≳ 0.01 on
         standardised UCI data). Ignored for the other structures.
     prior_variance : 'auto' or float, default='auto'
-        Prior covariance of the weights. ``'auto'`` (see :mod:`skfilter.priors`): each weight's
-        prior variance is its initialisation variance (``1/fan_in``), the first layer's scaled per
-        input feature by the inverse mean square of that feature in the first rows the estimator
-        sees, so raw, unscaled features work; regressors also scale the output layer to the targets'
-        standard deviation (and centre its bias on their mean), classifiers give the logits prior
-        standard deviation √3. A float: ``prior_variance · I`` around the initial weights (the
-        papers' parametrisation; standardise features and targets then).
+        Prior covariance of the weights. ``'auto'`` (:mod:`skfilter.priors`), made for raw,
+        unscaled features: the default MLP standardises its inputs by the first call's rows (see
+        ``module``) and each weight's prior variance is three times its initialisation variance
+        ``1/fan_in`` (biases 3), so that the logits have prior standard deviation about √3 (unit
+        variance left one-pass classifiers under-confident). A user ``module`` gets ``3/fan_in`` per
+        weight matrix, 3 for the other parameters, and no data scaling. A float:
+        ``prior_variance · I`` around the initial weights, inputs used as given (the papers'
+        parametrisation; standardise the features then).
     process_noise : float, default=0.0
         ``q`` of the dynamics ``θ_t = γ θ_{t−1} + N(0, q I)`` applied before every step.
     decay : float, default=1.0
@@ -188,15 +214,21 @@ class EKFClassifier(_EKFStructure, FilterClassifierMixin, BaseFilter):
         Rows per filter step; their pseudo-observations are conditioned on jointly, linearised at
         the same predicted mean (1 = one row at a time, the exact sequential filter).
     predictive : {'probit', 'plugin', 'mc'}, default='probit'
-        How class probabilities are computed (see ``FilterClassifierMixin``).
+        How class probabilities integrate over the weights: ``'probit'`` is the generalised probit
+        approximation under the linearised logits ``N(h(μ, x), J Σ Jᵀ)``; ``'plugin'`` the softmax
+        (sigmoid) of the network at the posterior mean; ``'mc'`` the average over ``n_mc_samples``
+        weight draws. Read at prediction time.
     n_mc_samples : int, default=100
         Parameter draws of the Monte-Carlo predictive.
     random_state : int, RandomState instance or None, default=None
         Seeds the initial weights, the shuffles and the Monte-Carlo predictive.
     device : str or torch.device, default='cpu'
-        Where the belief lives and the filter runs ('cpu', 'cuda', 'cuda:1', …).
+        Where the belief lives and the filter runs ('cpu', 'cuda', 'cuda:1', …; other devices, or
+        CUDA without a CUDA build of torch, raise ``ValueError`` in ``fit``). Changed on a fitted
+        estimator, it moves the belief at the next ``partial_fit``.
     dtype : {None, 'float64', 'float32'}, default=None
-        ``None``: float64 on the CPU, float32 on a GPU.
+        ``None``: float64 on the CPU, float32 on a GPU. Data are validated in this dtype (entries
+        beyond ``finfo.max ** (1/4)`` are rejected before anything is learned).
     verbose : int, default=0
         Show a progress bar while fitting when > 0.
     **module_kwargs

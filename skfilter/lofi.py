@@ -58,14 +58,19 @@ class LoFiRegressor(_LoFiStructure, FilterRegressorMixin, BaseFilter):
     Parameters
     ----------
     hidden_layer_sizes : tuple of int, default=(50,)
-        Hidden widths of the default MLP (ignored when ``module`` is given).
+        Hidden widths of the default MLP (ignored when ``module`` is given; ``()`` is a linear
+        model). 50 units: the LoFi paper's UCI setting.
     activation : {'relu', 'tanh', 'logistic', 'identity', 'elu'}, default='relu'
         Hidden non-linearity of the default MLP.
     module : torch.nn.Module class or instance, default=None
-        The network ``h(θ, x)``. A class is instantiated with the ``module__<name>`` keyword
-        arguments (its random initialisation seeded by ``random_state``); an instance is copied and
-        its current weights are the **prior mean** (never re-initialised). ``None``: the default
-        MLP, LeCun-normal weights and zero biases.
+        The network ``h(θ, x)``. ``None``: the default MLP (``hidden_layer_sizes``, ``activation``;
+        LeCun-normal weights, zero biases); with ``prior_variance='auto'`` it standardises its inputs
+        by the mean and standard deviation of the rows of the first ``fit``/``partial_fit`` call,
+        frozen for the life of the model (:class:`~skfilter.models.StandardizedMLP`; ``module_``
+        takes raw inputs). A class is instantiated with the ``module__<name>`` keyword arguments (its
+        random initialisation seeded by ``random_state``); an instance is copied and its current
+        weights are the **prior mean** (never re-initialised). A module of yours gets no input
+        scaling: standardise its inputs (and regression targets) yourself.
     rank : int, default=10
         ``L``, the rank of the low-rank part of the precision (0 gives VD-EKF with the exact mean;
         ``L ≥ P`` the full EKF).
@@ -81,21 +86,28 @@ class LoFiRegressor(_LoFiStructure, FilterRegressorMixin, BaseFilter):
     steady_state : bool, default=False
         Spherical only: variance-preserving dynamics ``q = (1 − γ²) · prior_variance`` (F.2).
     prior_variance : 'auto' or float, default='auto'
-        Prior covariance of the weights. ``'auto'`` (see :mod:`skfilter.priors`): each weight's
-        prior variance is its initialisation variance (``1/fan_in``), the first layer's scaled per
-        input feature by the inverse mean square of that feature in the first rows the estimator
-        sees, so raw, unscaled features work; regressors also scale the output layer to the targets'
-        standard deviation (and centre its bias on their mean), classifiers give the logits prior
-        standard deviation √3. A float: ``prior_variance · I`` around the initial weights (the
+        Prior covariance of the weights. ``'auto'`` (:mod:`skfilter.priors`), made for raw,
+        unscaled data: the default MLP standardises its inputs by the first call's rows (see
+        ``module``), each weight's prior variance is its initialisation variance ``1/fan_in``
+        (biases 1), and the output layer is scaled to the spread of the first call's targets, its
+        bias centred on them (Gaussian likelihood; :func:`~skfilter.priors.target_scale`), so that
+        the prior predictive has the targets' location and scale. A user ``module`` gets
+        ``1/fan_in`` per weight matrix, 1 for the other parameters, and no data scaling. A float:
+        ``prior_variance · I`` around the initial weights, inputs and targets used as given (the
         papers' parametrisation; standardise features and targets then).
     obs_variance : 'auto', 'adaptive', float or array of shape (n_outputs,), default='auto'
-        Observation-noise variance ``r`` of the Gaussian likelihood. ``'auto'``: the online estimate
-        of spec/lofi.md §2.9 (C.2) from the one-step-ahead residuals, forgetting with an exponential
-        window of ~50 rows (``ε_min = 0.02``), so that the ±2σ band follows the current error;
-        ``'adaptive'``: the paper's running mean (``ε_t = 1/t``); a float or array: fixed
-        variance(s), in the targets' units. Ignored by the Poisson likelihood.
+        Observation-noise variance ``r`` of the Gaussian likelihood, in the targets' units squared.
+        ``'auto'``: the online estimate of spec/lofi.md §2.9 (C.2) from the one-step-ahead
+        residuals, forgetting with an exponential window of about 50 rows (``ε_min = 0.02``) and
+        started at the squared scale of the first call's targets, counted as 10 pseudo-rows, so that
+        the ±2σ band follows the current error; ``'adaptive'``: the paper's running mean
+        (``ε_t = 1/t``), which keeps the large errors of the first rows in the estimate for good; a
+        float or array: fixed variance(s). ``obs_variance_`` is the value the next step uses.
+        Ignored by the Poisson likelihood.
     likelihood : {'gaussian', 'poisson'}, default='gaussian'
-        Observation model; 'poisson' uses a log link (counts).
+        Observation model: Gaussian with variance ``obs_variance``, or Poisson for non-negative
+        counts, the network giving the log-rate (log link; ``prior_variance='auto'`` then does not
+        scale the output layer to the targets).
     process_noise : float, default=0.0
         ``q`` of the dynamics ``θ_t = γ θ_{t−1} + N(0, q I)`` applied before every step.
     decay : float, default=1.0
@@ -108,15 +120,21 @@ class LoFiRegressor(_LoFiStructure, FilterRegressorMixin, BaseFilter):
         Rows per filter step: their ``B·C`` pseudo-observation columns are appended to ``W`` in one
         update, linearised at the same predicted mean (faster, slightly less exact).
     predictive : {'linearized', 'plugin', 'mc'}, default='linearized'
-        How the posterior predictive is computed (see ``FilterRegressorMixin``).
+        How predictions integrate over the weights: ``'linearized'`` linearises ``h`` at the
+        posterior mean (Gaussian: mean ``h(μ, x)``, variance ``J Σ Jᵀ + r``); ``'plugin'`` uses the
+        network at the posterior mean (no weight uncertainty); ``'mc'`` averages ``n_mc_samples``
+        weight draws. Read at prediction time.
     n_mc_samples : int, default=100
         Parameter draws of the Monte-Carlo predictive (exact DLR sampler).
     random_state : int, RandomState instance or None, default=None
         Seeds the initial weights, the shuffles, the Monte-Carlo predictive and Alg. 8's order.
     device : str or torch.device, default='cpu'
-        Where the belief lives and the filter runs ('cpu', 'cuda', 'cuda:1', …).
+        Where the belief lives and the filter runs ('cpu', 'cuda', 'cuda:1', …; other devices, or
+        CUDA without a CUDA build of torch, raise ``ValueError`` in ``fit``). Changed on a fitted
+        estimator, it moves the belief at the next ``partial_fit``.
     dtype : {None, 'float64', 'float32'}, default=None
-        ``None``: float64 on the CPU, float32 on a GPU.
+        ``None``: float64 on the CPU, float32 on a GPU. Data are validated in this dtype (entries
+        beyond ``finfo.max ** (1/4)`` are rejected before anything is learned).
     verbose : int, default=0
         Show a progress bar while fitting when > 0.
     **module_kwargs
@@ -173,10 +191,14 @@ class LoFiClassifier(_LoFiStructure, FilterClassifierMixin, BaseFilter):
     activation : {'relu', 'tanh', 'logistic', 'identity', 'elu'}, default='relu'
         Hidden non-linearity of the default MLP.
     module : torch.nn.Module class or instance, default=None
-        The network ``h(θ, x)``. A class is instantiated with the ``module__<name>`` keyword
-        arguments (its random initialisation seeded by ``random_state``); an instance is copied and
-        its current weights are the **prior mean** (never re-initialised). ``None``: the default
-        MLP, LeCun-normal weights and zero biases.
+        The network ``h(θ, x)``. ``None``: the default MLP (``hidden_layer_sizes``, ``activation``;
+        LeCun-normal weights, zero biases); with ``prior_variance='auto'`` it standardises its inputs
+        by the mean and standard deviation of the rows of the first ``fit``/``partial_fit`` call,
+        frozen for the life of the model (:class:`~skfilter.models.StandardizedMLP`; ``module_``
+        takes raw inputs). A class is instantiated with the ``module__<name>`` keyword arguments (its
+        random initialisation seeded by ``random_state``); an instance is copied and its current
+        weights are the **prior mean** (never re-initialised). A module of yours gets no input
+        scaling: standardise its inputs (and regression targets) yourself.
     rank : int, default=10
         ``L``, the rank of the low-rank part of the precision (0 gives VD-EKF with the exact mean;
         ``L ≥ P`` the full EKF).
@@ -192,13 +214,14 @@ class LoFiClassifier(_LoFiStructure, FilterClassifierMixin, BaseFilter):
     steady_state : bool, default=False
         Spherical only: variance-preserving dynamics ``q = (1 − γ²) · prior_variance`` (F.2).
     prior_variance : 'auto' or float, default='auto'
-        Prior covariance of the weights. ``'auto'`` (see :mod:`skfilter.priors`): each weight's
-        prior variance is its initialisation variance (``1/fan_in``), the first layer's scaled per
-        input feature by the inverse mean square of that feature in the first rows the estimator
-        sees, so raw, unscaled features work; regressors also scale the output layer to the targets'
-        standard deviation (and centre its bias on their mean), classifiers give the logits prior
-        standard deviation √3. A float: ``prior_variance · I`` around the initial weights (the
-        papers' parametrisation; standardise features and targets then).
+        Prior covariance of the weights. ``'auto'`` (:mod:`skfilter.priors`), made for raw,
+        unscaled features: the default MLP standardises its inputs by the first call's rows (see
+        ``module``) and each weight's prior variance is three times its initialisation variance
+        ``1/fan_in`` (biases 3), so that the logits have prior standard deviation about √3 (unit
+        variance left one-pass classifiers under-confident). A user ``module`` gets ``3/fan_in`` per
+        weight matrix, 3 for the other parameters, and no data scaling. A float:
+        ``prior_variance · I`` around the initial weights, inputs used as given (the papers'
+        parametrisation; standardise the features then).
     process_noise : float, default=0.0
         ``q`` of the dynamics ``θ_t = γ θ_{t−1} + N(0, q I)`` applied before every step.
     decay : float, default=1.0
@@ -211,15 +234,21 @@ class LoFiClassifier(_LoFiStructure, FilterClassifierMixin, BaseFilter):
         Rows per filter step: their ``B·C`` pseudo-observation columns are appended to ``W`` in one
         update, linearised at the same predicted mean (faster, slightly less exact).
     predictive : {'probit', 'plugin', 'mc'}, default='probit'
-        How class probabilities are computed (see ``FilterClassifierMixin``).
+        How class probabilities integrate over the weights: ``'probit'`` is the generalised probit
+        approximation under the linearised logits ``N(h(μ, x), J Σ Jᵀ)``; ``'plugin'`` the softmax
+        (sigmoid) of the network at the posterior mean; ``'mc'`` the average over ``n_mc_samples``
+        weight draws. Read at prediction time.
     n_mc_samples : int, default=100
         Parameter draws of the Monte-Carlo predictive (exact DLR sampler).
     random_state : int, RandomState instance or None, default=None
         Seeds the initial weights, the shuffles, the Monte-Carlo predictive and Alg. 8's order.
     device : str or torch.device, default='cpu'
-        Where the belief lives and the filter runs ('cpu', 'cuda', 'cuda:1', …).
+        Where the belief lives and the filter runs ('cpu', 'cuda', 'cuda:1', …; other devices, or
+        CUDA without a CUDA build of torch, raise ``ValueError`` in ``fit``). Changed on a fitted
+        estimator, it moves the belief at the next ``partial_fit``.
     dtype : {None, 'float64', 'float32'}, default=None
-        ``None``: float64 on the CPU, float32 on a GPU.
+        ``None``: float64 on the CPU, float32 on a GPU. Data are validated in this dtype (entries
+        beyond ``finfo.max ** (1/4)`` are rejected before anything is learned).
     verbose : int, default=0
         Show a progress bar while fitting when > 0.
     **module_kwargs
