@@ -77,15 +77,17 @@ class EKFRegressor(_EKFStructure, FilterRegressorMixin, BaseFilter):
         ``1/fan_in`` per weight matrix, 1 for the other parameters, and no data scaling. A float:
         ``prior_variance · I`` around the initial weights, inputs and targets used as given (the
         papers' parametrisation; standardise features and targets then).
-    obs_variance : 'auto', 'adaptive', float or array of shape (n_outputs,), default='auto'
+    obs_variance : {'auto', 'robust', 'adaptive'}, float or array of shape (n_outputs,), default='auto'
         Observation-noise variance ``r`` of the Gaussian likelihood, in the targets' units squared.
         ``'auto'``: the online estimate of spec/lofi.md §2.9 (C.2) from the one-step-ahead
         residuals, forgetting with an exponential window of about 50 rows (``ε_min = 0.02``) and
         started at the squared scale of the first call's targets, counted as 10 pseudo-rows, so that
-        the ±2σ band follows the current error; ``'adaptive'``: the paper's running mean
-        (``ε_t = 1/t``), which keeps the large errors of the first rows in the estimate for good; a
-        float or array: fixed variance(s). ``obs_variance_`` is the value the next step uses.
-        Ignored by the Poisson likelihood.
+        the ±2σ band follows the current error; ``'robust'``: the same estimate made outlier-robust
+        (WoLF's robust EWMA on the variance level: a residual far larger than the current estimate
+        explains moves it less); ``'adaptive'``: the paper's running mean (``ε_t = 1/t``), which
+        keeps the large errors of the first rows in the estimate for good; a float or array: fixed
+        variance(s). ``obs_variance_`` is the value the next step uses. Ignored by the Poisson
+        likelihood.
     likelihood : {'gaussian', 'poisson'}, default='gaussian'
         Observation model: Gaussian with variance ``obs_variance``, or Poisson for non-negative
         counts, the network giving the log-rate (log link; ``prior_variance='auto'`` then does not
@@ -141,7 +143,7 @@ class EKFRegressor(_EKFStructure, FilterRegressorMixin, BaseFilter):
     n_outputs_ : int
         Number of targets.
     obs_variance_ : ndarray of shape (n_outputs,)
-        Observation variance the next step uses (the online estimate with 'auto' or 'adaptive').
+        Observation variance the next step uses (the online estimate with 'auto', 'robust' or 'adaptive').
 
     Examples
     --------
