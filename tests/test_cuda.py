@@ -207,3 +207,26 @@ def test_cuda_without_cuda_raises_at_fit(kind, device):
         fitted.partial_fit(X, y)
     assert torch.equal(fitted.posterior_.mean, mean) and fitted.posterior_.mean.device.type == "cpu"
     assert fitted.n_samples_seen_ == 10
+
+
+@cuda_test
+@pytest.mark.parametrize("weighting", ["imq", "md", "tmd", "huber", "predictive-md"])
+@pytest.mark.parametrize("covariance", COVARIANCES)
+@pytest.mark.parametrize("kind", ["regressor", "classifier"])
+def test_wolf_on_cuda_matches_cpu(kind, covariance, weighting):
+    """WoLF over every structure on the GPU (float64) equals the CPU, through pickling and sample_y."""
+    from skfilter import WoLFClassifier, WoLFRegressor
+
+    X, y = _data(kind)
+    if kind == "regressor":
+        y = y.copy()
+        y[::9] += 20.0  # outliers, so that the weights matter
+    wrap = WoLFRegressor if kind == "regressor" else WoLFClassifier
+    cpu = wrap(_make(kind, covariance=covariance), weighting=weighting, threshold=1.0).fit(X, y)
+    gpu = wrap(_make(kind, covariance=covariance, device="cuda", dtype="float64"), weighting=weighting,
+               threshold=1.0).fit(X, y)
+    _assert_close(_outputs(gpu.estimator_, X), _outputs(cpu.estimator_, X), "float64")
+    again = pickle.loads(pickle.dumps(gpu))
+    _assert_close(_outputs(again.estimator_, X), _outputs(gpu.estimator_, X), "float64")
+    if kind == "regressor":
+        assert np.isfinite(gpu.sample_y(X[:3], n_samples=2, random_state=0)).all()
