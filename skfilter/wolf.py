@@ -39,10 +39,12 @@ from .weighting import WEIGHTINGS, WeightingFunction, make_weighting
 AUTO_THRESHOLDS = {"imq": 1.0, "md": 4.0, "tmd": 16.0, "huber": 4.0, "predictive-md": 4.0}
 
 #: the classifier's ``'predictive-md'`` threshold: two predictive standard deviations. On linearly
-#: separable 2-D streams with flipped labels (``python -m skfilter.benchmarks wolf-labels``, 5 seeds)
-#: ``c = 2`` raised accuracy from 0.967 to 0.982 (EKF) and 0.959 to 0.979 (LoFi) under 30 % random
-#: flips and from 0.990 to 0.996 under flips far from the boundary; class-conditional flips (40 % of
-#: one class) bias every filter, and the weights then cost 1–2 points (c = 4: noisier, −0.3 to −3).
+#: separable 2-D streams with flipped labels (``python -m skfilter.benchmarks wolf-labels``, 5 seeds,
+#: doc/wolf_labels_table.md) ``c = 2`` raised held-out accuracy from 0.970 to 0.982 (EKF) and from
+#: 0.959 to 0.974 (LoFi) under 30 % random flips, and from 0.962 to 0.986 / 0.956 to 0.985 when 40 % of
+#: the labels far from the boundary were flipped; ``c = 4`` helped less or not at all. Class-conditional
+#: flips (40 % of one class) move the noisy data's boundary itself, which no per-row weight can
+#: undo: there the weights cost 2–3 points.
 AUTO_CLASSIFIER_THRESHOLD = 2.0
 
 

@@ -49,11 +49,12 @@ def load_dataset(name):
 
 
 def estimators(task, seed):
-    """``{name: unfitted estimator}`` with default parameters (``random_state`` only)."""
+    """``{name: unfitted estimator}`` with default parameters (``random_state`` only; the WoLF
+    meta-estimators' default base, LoFi, with its ``random_state`` set)."""
     from sklearn.linear_model import BayesianRidge
     from sklearn.neural_network import MLPClassifier, MLPRegressor
 
-    from .. import EKFClassifier, EKFRegressor, LoFiClassifier, LoFiRegressor
+    from .. import EKFClassifier, EKFRegressor, LoFiClassifier, LoFiRegressor, WoLFClassifier, WoLFRegressor
 
     if task == "classification":
         return {
@@ -61,6 +62,7 @@ def estimators(task, seed):
             "EKFClassifier(vd)": EKFClassifier(covariance="vd", random_state=seed),
             "EKFClassifier(fd)": EKFClassifier(covariance="fd", random_state=seed),
             "LoFiClassifier": LoFiClassifier(random_state=seed),
+            "WoLFClassifier": WoLFClassifier(LoFiClassifier(random_state=seed)),
             "MLPClassifier": MLPClassifier(random_state=seed),
         }
     return {
@@ -68,6 +70,7 @@ def estimators(task, seed):
         "EKFRegressor(vd)": EKFRegressor(covariance="vd", random_state=seed),
         "EKFRegressor(fd)": EKFRegressor(covariance="fd", random_state=seed),
         "LoFiRegressor": LoFiRegressor(random_state=seed),
+        "WoLFRegressor": WoLFRegressor(LoFiRegressor(random_state=seed)),
         "MLPRegressor": MLPRegressor(random_state=seed),
         "BayesianRidge": BayesianRidge(),
     }
