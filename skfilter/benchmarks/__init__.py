@@ -19,6 +19,16 @@ Commands (one module each, registered in :data:`COMMANDS`):
     Every estimator with default parameters on scikit-learn's bundled data sets (and concrete), raw
     and standardised, beside ``MLPClassifier``/``MLPRegressor``/``BayesianRidge``.
 
+``wolf-tracking`` (:mod:`skfilter.benchmarks.wolf_tracking`)
+    WoLF's 2-D tracking experiment (thesis §4.7.1): KF, WoLF-IMQ, WoLF-TMD, KF-IW and KF-B under
+    Student-t and mixture outliers; scaled RMSE and run time relative to the KF (Table 4.2).
+``wolf-uci`` (:mod:`skfilter.benchmarks.wolf_uci`)
+    WoLF on UCI regression with 10 % target outliers (§4.7.2): EKF, WoLF-IMQ, WoLF-TMD and OGD;
+    RMedSE and time per step relative to OGD (Fig. 4.5).
+``wolf-1d`` (:mod:`skfilter.benchmarks.wolf_1d`)
+    WoLF for online 1-D MLP regression with outliers, sorted and unsorted inputs (§4.7.3), with the
+    predictive band as a figure.
+
 A command module exposes ``HELP`` (one line), ``add_arguments(parser)`` and ``main(args)`` (``args``
 an :class:`argparse.Namespace`; returns an exit status). Adding a benchmark (e.g. the LoFi paper's UCI
 benchmark, ``uci``) means writing such a module and adding its name to :data:`COMMANDS`.
@@ -31,6 +41,9 @@ COMMANDS = {
     "speed": ".speed",
     "uci": ".uci",
     "defaults": ".defaults",
+    "wolf-tracking": ".wolf_tracking",
+    "wolf-uci": ".wolf_uci",
+    "wolf-1d": ".wolf_1d",
 }
 
 __all__ = ["COMMANDS"]
