@@ -8,8 +8,12 @@ LoFiRegressor, LoFiClassifier
     LoFi: diagonal-plus-low-rank precision, cost linear in the number of parameters.
 WoLFRegressor, WoLFClassifier
     Outlier-robust (weighted-likelihood) filtering over any of the above.
+BOCDRegressor, BOCDClassifier
+    Run-length mixtures (Bayesian online changepoint detection and the BONE family) over any of the
+    above, for non-stationary streams.
 """
 
+from .bocd import BOCDClassifier, BOCDRegressor
 from .ekf import EKFClassifier, EKFRegressor
 from .exceptions import FilterStepError
 from .lofi import LoFiClassifier, LoFiRegressor
@@ -17,4 +21,5 @@ from .wolf import WoLFClassifier, WoLFRegressor
 
 __version__ = "0.1.0.dev0"
 
-__all__ = ["EKFRegressor", "EKFClassifier", "LoFiRegressor", "LoFiClassifier", "WoLFRegressor", "WoLFClassifier", "FilterStepError", "__version__"]
+__all__ = ["EKFRegressor", "EKFClassifier", "LoFiRegressor", "LoFiClassifier", "WoLFRegressor", "WoLFClassifier",
+           "BOCDRegressor", "BOCDClassifier", "FilterStepError", "__version__"]

@@ -77,6 +77,11 @@ class FilterClassifierMixin(ProbabilisticClassifierMixin, ClassifierMixin):
             return probs(f)
         return probit_probabilities(f, var, binary)
 
+    def _mix_summaries(self, summaries, weights):
+        """``Σ_k w_k p_k``: the mixture's class probabilities from the hypotheses' ``(K, n, K_c)``."""
+        w = weights.to(summaries.dtype).reshape(-1, *([1] * (summaries.dim() - 1)))
+        return (w * summaries).sum(0)
+
     def predict_proba(self, X):
         """Posterior-predictive class probabilities.
 

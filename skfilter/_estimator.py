@@ -28,7 +28,7 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, vali
 from ._utils import check_scalar, progress_bar, resolve_device, resolve_dtype, torch_generator
 from .dynamics import Dynamics, Reference
 from .filtering import EngineParts, FilterState, run_filter
-from .posteriors import Posterior, map_belief
+from .posteriors import Posterior, map_belief, select_hypothesis
 from .models import build_module, make_adapter, standardize_mlp
 from .priors import auto_prior, input_standardization
 from ._validation import check_int, check_network_params, check_no_unknown_kwargs, unchanged_on_error
@@ -36,6 +36,11 @@ from ._validation import PrefixedParamsMixin, check_structural_params_unchanged
 
 #: maximal number of Jacobian entries (rows × outputs × parameters) held at once when predicting
 _PREDICT_CHUNK_ENTRIES = 1 << 23
+
+
+def _select_noise(noise, k):
+    """Hypothesis ``k`` of a noise state with a leading hypotheses axis (None stays None)."""
+    return None if noise is None else {key: value[k] for key, value in noise.items()}
 
 
 class BaseFilter(PrefixedParamsMixin, BaseEstimator):
@@ -239,7 +244,6 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
         With ``record``, returns the one-step-ahead predictive of every row made before its update
         (see :meth:`_one_step_recorder`), as a tensor with one row per input row.
         """
-        self._dynamics = self._make_dynamics(cfg)
         parts = self._engine_parts()
         record = self._one_step_recorder(cfg) if record else None
         Xt, Yt = self._tensor(X), self._tensor(self._target_matrix(Y))
@@ -273,6 +277,15 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
 
     # -- fitting --------------------------------------------------------------------------------
     def _fit(self, X, y, sample_weight, *, reset, classes=None, n_epochs=None, record=False):
+        X, Y, w, cfg = self._begin(X, y, sample_weight, reset=reset, classes=classes)
+        return self._stream(X, Y, w, cfg, cfg["n_epochs"] if n_epochs is None else n_epochs, record)
+
+    def _begin(self, X, y, sample_weight, *, reset, classes=None):
+        """Everything ``fit``/``partial_fit`` do before learning: validate the parameters and the
+        data, build the filter on the first call of a stream (``reset`` or unfitted), move it to
+        the current device/dtype. Returns ``(X, Y, w, cfg)``: the rows, the encoded targets, the
+        sample weights and the resolved settings, ready for the engine. Leaves the estimator as it
+        was on any error. Wrappers that run their own loop (:mod:`skfilter.bocd`) start here."""
         with unchanged_on_error(self):
             cfg = self._check_params()
             first = reset or not hasattr(self, "filter_state_")
@@ -295,17 +308,19 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
                 from .models import check_no_train_mode_layers
                 check_no_train_mode_layers(self._adapter.train_mode_layers)
             self._check_model_outputs(X)
-        return self._stream(X, Y, w, cfg, cfg["n_epochs"] if n_epochs is None else n_epochs, record)
+        self._dynamics = self._make_dynamics(cfg)
+        return X, Y, w, cfg
 
     def _move(self, device, dtype):
         """Move a fitted estimator to another device/dtype (after ``set_params(device=...)``)."""
         self._adapter = make_adapter(self._adapter.module, device, dtype, self.n_features_in_)
         self.module_ = self._adapter.module
         move = lambda v: v.to(device=device, dtype=dtype)  # noqa: E731
-        belief, noise, n_seen = self.filter_state_
+        belief, noise, n_seen, log_weights = self.filter_state_
         noise = None if noise is None else {k: move(v) for k, v in noise.items()}
+        log_weights = None if log_weights is None else move(log_weights)
         self._reference = Reference(move(self._reference.mean), self._reference.variance)
-        self.filter_state_ = FilterState(map_belief(move, belief), noise, n_seen)
+        self.filter_state_ = FilterState(map_belief(move, belief), noise, n_seen, log_weights)
         self._device, self._dtype = device, dtype
 
     def fit(self, X, y, sample_weight=None):
@@ -336,35 +351,54 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
         X = self._validate_X(X, reset=False)  # includes the magnitude bound of the estimator's dtype
         return self._tensor(X)
 
-    def _chunks(self, n):
-        per_row = max(1, self._adapter.n_outputs * self.n_params_)
+    def _chunks(self, n, n_hypotheses=1):
+        per_row = max(1, n_hypotheses * self._adapter.n_outputs * self.n_params_)
         size = max(1, _PREDICT_CHUNK_ENTRIES // per_row)
         return [(i, min(i + size, n)) for i in range(0, n, size)]
 
     @torch.no_grad()
-    def _linearized(self, Xt):
-        """Model output ``f (n, C)`` at the posterior mean and the diagonal of ``J Σ Jᵀ``, ``(n, C)``
-        (spec/lofi.md §2.8 B.1; the current belief, no predict step)."""
-        belief = self.filter_state_.belief
+    def _linearized(self, Xt, belief=None):
+        """Model output ``f (…, n, C)`` at the posterior mean and the diagonal of ``J Σ Jᵀ``,
+        ``(…, n, C)`` (spec/lofi.md §2.8 B.1; the current belief, or ``belief`` — with hypotheses
+        axes, for each hypothesis — with no predict step)."""
+        belief = self.filter_state_.belief if belief is None else belief
+        n_hyp = max(1, belief.mean[..., 0].numel())
         fs, vs = [], []
-        for a, b in self._chunks(Xt.shape[0]):
+        for a, b in self._chunks(Xt.shape[0], n_hyp):
             f, J = self._adapter.forward_jacobian(belief.mean, Xt[a:b])
             fs.append(f)
             vs.append(self._structure.quadratic_diagonal(belief, J))
-        return torch.cat(fs), torch.cat(vs)
+        return torch.cat(fs, dim=-2), torch.cat(vs, dim=-2)
 
     @torch.no_grad()
-    def _plugin(self, Xt):
-        return self._adapter.forward(self.filter_state_.belief.mean, Xt)
+    def _plugin(self, Xt, belief=None):
+        belief = self.filter_state_.belief if belief is None else belief
+        return self._adapter.forward(belief.mean, Xt)
 
-    def _parameter_samples(self, n_samples, seed):
-        gen = torch_generator(seed, self._device)
-        return self._structure.sample(self.filter_state_.belief, n_samples, gen)
+    def _parameter_samples(self, n_samples, gen):
+        """``n_samples`` draws of ``θ`` from the current belief with the generator ``gen``,
+        ``(S, P)``, and the index of the hypothesis each came from (``(S,)``; None for a single
+        belief): a mixture state draws the hypothesis by its weight first."""
+        state = self.filter_state_
+        if state.log_weights is None:
+            return self._structure.sample(state.belief, n_samples, gen), None
+        probs = torch.softmax(state.log_weights, 0).to(torch.float64).cpu()
+        seed = int(torch.randint(0, 2**62, (1,), generator=gen, device=gen.device).item())
+        which = torch.multinomial(probs, n_samples, replacement=True, generator=torch.Generator().manual_seed(seed))
+        thetas = torch.empty(n_samples, self.n_params_, dtype=self._dtype, device=self._device)
+        for k in torch.unique(which).tolist():
+            rows = (which == k).nonzero().flatten()
+            thetas[rows.to(self._device)] = self._structure.sample(select_hypothesis(state.belief, k), len(rows), gen)
+        return thetas, which
 
     @torch.no_grad()
-    def _sampled_outputs(self, Xt, n_samples, seed):
-        """``h(θ_s, X)`` for ``θ_s ~ N(μ, Σ)``: shape ``(S, n, C)`` (same draws for every row)."""
-        thetas = self._parameter_samples(n_samples, seed)
+    def _sampled_outputs(self, Xt, n_samples, seed, belief=None):
+        """``h(θ_s, X)`` for ``θ_s ~ N(μ, Σ)``: shape ``(S, n, C)`` (same draws for every row); of
+        the current belief, or of ``belief`` (no hypotheses axes)."""
+        if belief is None:
+            thetas = self._parameter_samples(n_samples, torch_generator(seed, self._device))[0]
+        else:
+            thetas = self._structure.sample(belief, n_samples, torch_generator(seed, self._device))
         return self._adapter.forward_batch(thetas, Xt)
 
     def _one_step_recorder(self, cfg):
@@ -383,14 +417,35 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
         return record
 
     def _predictive_summary(self, Xt):
-        """The estimator's predictive at ``Xt`` from the current belief (see :meth:`_summarize`)."""
+        """The estimator's predictive at ``Xt`` from the current belief (see :meth:`_summarize`);
+        for a mixture state (``filter_state_.log_weights``), the mixture of the hypotheses'
+        predictives (:meth:`_mix_summaries`)."""
+        state = self.filter_state_
+        if state.log_weights is None:
+            return self._summary_of(state.belief, state.noise, Xt)
+        weights = torch.softmax(state.log_weights, 0)
+        if self.predictive == "mc":  # the structures sample one belief at a time
+            per = torch.stack([self._summary_of(select_hypothesis(state.belief, k), _select_noise(state.noise, k),
+                                                Xt) for k in range(weights.shape[0])])
+        else:
+            per = self._summary_of(state.belief, state.noise, Xt)  # all hypotheses in one batch
+        return self._mix_summaries(per, weights)
+
+    def _summary_of(self, belief, noise, Xt):
+        """The predictive summary of ``belief`` with noise state ``noise`` (leading hypotheses axes
+        allowed except for ``predictive='mc'``)."""
         if self.predictive == "mc":
-            return self._summarize(self._sampled_outputs(Xt, self.n_mc_samples, self._mc_seed), None,
-                                   self._noise_state, "mc")
+            return self._summarize(self._sampled_outputs(Xt, self.n_mc_samples, self._mc_seed, belief), None,
+                                   noise, "mc")
         if self.predictive == "plugin":
-            return self._summarize(self._plugin(Xt), None, self._noise_state, "plugin")
-        f, v = self._linearized(Xt)
-        return self._summarize(f, v, self._noise_state, self.predictive)
+            return self._summarize(self._plugin(Xt, belief), None, noise, "plugin")
+        f, v = self._linearized(Xt, belief)
+        return self._summarize(f, v, noise, self.predictive)
+
+    def _mix_summaries(self, summaries, weights):
+        """The summary of the mixture ``Σ_k w_k p_k`` from the hypotheses' summaries ``(K, n, ·)``
+        and weights ``(K,)`` (target mixins)."""
+        raise NotImplementedError
 
     # -- target-specific hooks (mixins) ----------------------------------------------------------
     def _summarize(self, f, var, noise_state, kind):

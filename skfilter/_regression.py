@@ -168,7 +168,19 @@ class FilterRegressorMixin(RegressorMixin):
             else:
                 mean, epi = f, var
         alea = mean if poisson else self._likelihood.aleatoric_variance(mean, noise_state)
-        return torch.cat([mean, epi, alea], dim=1)
+        return torch.cat([mean, epi, alea], dim=-1)
+
+    def _mix_summaries(self, summaries, weights):
+        """Moments of the mixture ``Σ_k w_k p_k(y)`` from the hypotheses' ``(mean, epistemic,
+        aleatoric)`` summaries ``(K, n, 3C)``: mean ``m = Σ w_k m_k``; aleatoric ``Σ w_k a_k``;
+        epistemic ``Σ w_k (e_k + m_k²) − m²`` (the spread of the hypotheses' means counts as
+        uncertainty about ``h``), so that the total is the mixture's variance."""
+        C = summaries.shape[-1] // 3
+        w = weights.to(summaries.dtype).reshape(-1, *([1] * (summaries.dim() - 1)))
+        m_k, e_k, a_k = summaries[..., :C], summaries[..., C:2 * C], summaries[..., 2 * C:]
+        mean = (w * m_k).sum(0)
+        epi = ((w * (e_k + m_k * m_k)).sum(0) - mean * mean).clamp_min(0.0)
+        return torch.cat([mean, epi, (w * a_k).sum(0)], dim=-1)
 
     def _shape_output(self, a):
         return a[:, 0] if self._y_ndim == 1 else a
@@ -224,12 +236,14 @@ class FilterRegressorMixin(RegressorMixin):
         seed = seed_from_random_state(random_state)
         gen = torch_generator(seed, self._device)
         with torch.no_grad():
-            thetas = self._structure.sample(self.filter_state_.belief, n_samples, gen)
+            thetas, which = self._parameter_samples(n_samples, gen)  # a mixture draws its hypotheses too
             f = self._adapter.forward_batch(thetas, Xt)  # (S, n, C)
             if self._is_poisson():
                 y = torch.poisson(self._likelihood.mean(f), generator=gen)
             else:
                 r = self._noise_state["r"]
+                if which is not None:  # each draw with the noise of its hypothesis
+                    r = r[which.to(r.device)].unsqueeze(-2)
                 y = f + r.sqrt() * torch.randn(f.shape, generator=gen, device=f.device, dtype=f.dtype)
         y = to_numpy(y).transpose(1, 2, 0)  # (n, C, S)
         self._check_finite_prediction(y)

@@ -73,11 +73,15 @@ class EngineParts(NamedTuple):
 
 class FilterState(NamedTuple):
     """The value an estimator holds: ``belief``, the likelihood's ``noise`` state and ``n_seen``, the
-    rows learned so far."""
+    rows learned so far. A **mixture** state (run-length filters, :mod:`skfilter.runlength`) carries
+    ``K`` hypotheses on the leading axis of ``belief`` and ``noise`` and their normalised
+    ``log_weights`` ``(K,)``; an estimator's predictive is then the mixture's. ``log_weights=None``:
+    one belief."""
 
     belief: Any
     noise: Any
     n_seen: int
+    log_weights: Any = None
 
 
 class StepOutput(NamedTuple):

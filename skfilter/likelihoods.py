@@ -73,6 +73,24 @@ class Likelihood:
         R = self.noise_covariance(f, state)
         return R @ quad @ R + R
 
+    def log_predictive(self, f, quad, Y, state=None):
+        """``log p(y | D)`` of each row under the linearised prior predictive, ``(..., n)``: the
+        evidence a run-length mixture weighs its hypotheses with (spec/bone.md eqs. 3.32, 3.51).
+
+        Default (Gaussian, Poisson): ``log N(y; E[y | f], S)`` with ``S`` from
+        :meth:`predictive_covariance` — for the Gaussian likelihood exactly eq. 3.51. The classifiers
+        override it with the probability of the observed class under the probit predictive."""
+        S = self.predictive_covariance(f, quad, state)
+        e = Y - self.mean(f)
+        C = e.shape[-1]
+        if C == 1:
+            v = S[..., 0, 0].clamp_min(_tiny(S.dtype))
+            return -0.5 * (e[..., 0] ** 2 / v + torch.log(v) + math.log(2 * math.pi))
+        L = torch.linalg.cholesky(S)
+        z = torch.linalg.solve_triangular(L, e.unsqueeze(-1), upper=False)[..., 0]
+        logdet = 2 * torch.log(L.diagonal(dim1=-2, dim2=-1)).sum(-1)
+        return -0.5 * ((z * z).sum(-1) + logdet + C * math.log(2 * math.pi))
+
     def log_det_whitening(self, f, state=None):
         """``log|det A|`` of each row's whitening ``A`` (``AᵀA = R⁺``), ``(..., n)``; with the
         structure's :class:`~skfilter.posteriors.UpdateInfo` it gives the log predictive density."""
@@ -239,8 +257,9 @@ class Gaussian(Likelihood):
         return torch.log(state["scale"][..., 0]).sum(-1, keepdim=True).expand(f.shape[:-1])
 
     def aleatoric_variance(self, f, state):
-        """Observation-noise variance of each output, ``(n, C)``."""
-        return state["r"].expand_as(f)
+        """Observation-noise variance of each output, ``(..., n, C)`` (``r`` of shape ``(..., C)``:
+        one noise state per hypothesis broadcasts over the rows)."""
+        return state["r"].unsqueeze(-2).expand_as(f)
 
 
 _LOGIT_ADVICE = ("Logits this large give probabilities of exactly 0 and 1: the filter diverged (its weights "
@@ -272,6 +291,13 @@ class Bernoulli(Likelihood):
     def noise_covariance(self, f, state=None):
         return self._variance(f).unsqueeze(-1)
 
+    def log_predictive(self, f, quad, Y, state=None):
+        """``log p(y | D)`` with the probit predictive ``p₁ = σ(f / √(1 + π v / 8))``, ``(..., n)``."""
+        p = probit_probabilities(f, quad.diagonal(dim1=-2, dim2=-1), binary=True)
+        y1 = Y[..., 0]
+        p_obs = torch.where(y1 > 0.5, p[..., 1], p[..., 0])
+        return torch.log(p_obs.clamp_min(_tiny(f.dtype)))
+
     def log_det_whitening(self, f, state=None):
         return -0.5 * torch.log(self._variance(f))[..., 0]
 
@@ -296,6 +322,11 @@ class Categorical(Likelihood):
         """``diag(p) − p pᵀ`` (singular: ``1ᵀ R = 0``)."""
         p = torch.softmax(f, dim=-1)
         return torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2)
+
+    def log_predictive(self, f, quad, Y, state=None):
+        """``log p(y | D)`` of the one-hot ``Y`` under the probit predictive, ``(..., n)``."""
+        p = probit_probabilities(f, quad.diagonal(dim1=-2, dim2=-1), binary=False)
+        return torch.log((p * Y).sum(-1).clamp_min(_tiny(f.dtype)))
 
     def log_det_whitening(self, f, state=None):
         """``−½ Σ_c log p_c``: the whitening ``ẽ = e / √p`` (``R`` itself is singular, so the density
@@ -332,10 +363,11 @@ def probit_probabilities(f: torch.Tensor, var: torch.Tensor, binary: bool) -> to
     """Generalised probit predictive (spec/lofi.md §2.8 B.2, eq. 64).
 
     ``p ≈ softmax(f_c / √(1 + π v_c / 8))`` with ``v_c = [F Σ Fᵀ]_cc``; for one logit
-    ``p₁ = σ(f / √(1 + π v / 8))``. Returns class probabilities ``(n, K)`` (``K = 2`` if ``binary``).
+    ``p₁ = σ(f / √(1 + π v / 8))``. Returns class probabilities ``(..., n, K)`` (``K = 2`` if
+    ``binary``; leading hypotheses axes are kept).
     """
     z = f / torch.sqrt(1.0 + (math.pi / 8.0) * var)
     if binary:
-        p1 = torch.sigmoid(z[:, :1])
-        return torch.cat([1 - p1, p1], dim=1)
+        p1 = torch.sigmoid(z[..., :1])
+        return torch.cat([1 - p1, p1], dim=-1)
     return torch.softmax(z, dim=-1)

@@ -22,10 +22,10 @@ Huber) it is bounded.
 from __future__ import annotations
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, MetaEstimatorMixin, RegressorMixin, clone
-from sklearn.utils import get_tags
+from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
+from ._meta import FilterMetaEstimator, is_filter
 from .exceptions import FilterStepError
 from .priors import target_scale
 from .weighting import WEIGHTINGS, WeightingFunction, make_weighting
@@ -48,26 +48,19 @@ AUTO_THRESHOLDS = {"imq": 1.0, "md": 4.0, "tmd": 16.0, "huber": 4.0, "predictive
 AUTO_CLASSIFIER_THRESHOLD = 2.0
 
 
-class _WoLFMeta(MetaEstimatorMixin, BaseEstimator):
+class _WoLFMeta(FilterMetaEstimator):
     """Shared machinery of the WoLF meta-estimators (module docstring)."""
 
-    _kind = None  # 'regressor' | 'classifier'
-
-    def _default_estimator(self):
-        raise NotImplementedError
-
-    def _base_template(self):
-        return self._default_estimator() if self.estimator is None else self.estimator
-
     def _new_base(self):
-        """A clone of the base estimator. With ``robust_noise``, a regressor whose noise estimate is
-        ``'auto'`` gets the outlier-robust one (``obs_variance='robust'``): the weights bound each outlier's influence
-        on the mean, the robust estimate the influence on the noise level (under ``'auto'`` a
-        discounted outlier still adds ``ε W² e²``, which for Huber weights grows without bound)."""
-        base = clone(self._base_template())
-        if not hasattr(base, "_set_weighting") or get_tags(base).estimator_type != self._kind:
-            raise TypeError(f"estimator must be a skfilter filter {self._kind} (e.g. EKF or LoFi); got "
-                            f"{type(self.estimator).__name__}.")
+        """A clone of the base filter. With ``robust_noise``, a regressor whose noise estimate is
+        ``'auto'`` gets the outlier-robust one (``obs_variance='robust'``): the weights bound each
+        outlier's influence on the mean, the robust estimate the influence on the noise level (under
+        ``'auto'`` a discounted outlier still adds ``ε W² e²``, which for Huber weights grows without
+        bound)."""
+        base = super()._new_base()
+        if not is_filter(base):
+            raise TypeError(f"The base estimator of {type(self).__name__} must be a filter (EKF, LoFi, …), "
+                            f"not the wrapper {type(base).__name__}.")
         if self._kind == "regressor" and self.robust_noise:
             noise = base.get_params().get("obs_variance")
             if isinstance(noise, str) and noise == "auto":
@@ -113,11 +106,9 @@ class _WoLFMeta(MetaEstimatorMixin, BaseEstimator):
                 threshold = AUTO_CLASSIFIER_THRESHOLD
         return make_weighting(self.weighting, threshold)
 
-    def _run(self, method, X, y, sample_weight, first, **kwargs):
-        """Fit (``first``: a new clone from the prior) or continue with the weighting installed.
-
-        A call that fails validation leaves this estimator as it was (a new clone is installed only
-        once it learned, or failed inside a step, where the rows learned are kept)."""
+    def _prepare(self, first, y, sample_weight):
+        """``(base, scale, weighting, previous)``: the filter for this call (a new clone when
+        ``first``) with the weighting of the current parameters installed, and the weighting it had."""
         if first:
             base = self._new_base()
             scale = self._target_scale(y, sample_weight)
@@ -127,6 +118,19 @@ class _WoLFMeta(MetaEstimatorMixin, BaseEstimator):
         weighting = self._weighting_function(scale)  # raises on a bad weighting/threshold
         previous = getattr(self, "weighting_", None)
         base._set_weighting(weighting)
+        return base, scale, weighting, previous
+
+    def _filter_for(self, first, y, sample_weight):
+        base, scale, weighting, _ = self._prepare(first, y, sample_weight)
+        self._install(base, scale, weighting)
+        return base
+
+    def _run(self, method, X, y, sample_weight, first, **kwargs):
+        """Fit (``first``: a new clone from the prior) or continue with the weighting installed.
+
+        A call that fails validation leaves this estimator as it was (a new clone is installed only
+        once it learned, or failed inside a step, where the rows learned are kept)."""
+        base, scale, weighting, previous = self._prepare(first, y, sample_weight)
         try:
             out = getattr(base, method)(X, y, sample_weight=sample_weight, **kwargs)
         except FilterStepError:
@@ -162,35 +166,6 @@ class _WoLFMeta(MetaEstimatorMixin, BaseEstimator):
         """
         self._run("fit", X, y, sample_weight, first=True)
         return self
-
-    # -- delegation ---------------------------------------------------------------------------
-    @property
-    def n_features_in_(self):
-        """Number of features seen by the base estimator."""
-        return self.estimator_.n_features_in_
-
-    @property
-    def feature_names_in_(self):
-        """Feature names seen by the base estimator (only when ``X`` had string column names)."""
-        return self.estimator_.feature_names_in_
-
-    @property
-    def posterior_(self):
-        """The base estimator's belief (:class:`~skfilter.posteriors.Posterior`)."""
-        return self.estimator_.posterior_
-
-    @property
-    def n_samples_seen_(self):
-        """Rows conditioned on so far."""
-        return self.estimator_.n_samples_seen_
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        base = get_tags(self._base_template())
-        tags.input_tags = base.input_tags
-        tags.target_tags.multi_output = base.target_tags.multi_output
-        tags.non_deterministic = base.non_deterministic
-        return tags
 
 
 _WEIGHTING_DOC = """weighting : {'imq', 'md', 'tmd', 'huber', 'predictive-md'}, WeightingFunction or callable, \

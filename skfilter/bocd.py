@@ -1,0 +1,508 @@
+"""Adaptive filtering for non-stationary streams: BOCD and the BONE run-length family over any filter.
+
+:class:`BOCDRegressor` and :class:`BOCDClassifier` are meta-estimators. They fit a clone of a base
+filter (``EKFRegressor`` with any covariance, ``LoFiRegressor``, a ``WoLFRegressor`` wrapping either,
+…) as a **run-length mixture** (:mod:`skfilter.runlength`; spec/bone.md §3.3, thesis Ch. 3): ``K``
+beliefs, one per hypothesis about how long the current regime has lasted, updated in one batched
+step and weighed by their posterior probability. Predictions are the mixture's:
+``predict(X, return_std=True)`` returns its mean and total standard deviation, ``predict_proba`` its
+class probabilities, ``sample_y`` draws a hypothesis by its weight and then from it. As in the
+thesis, the prediction for the next rows mixes the hypotheses kept after the last step (the
+possibility of a changepoint at the next step itself is not mixed in).
+
+Reset rules (``reset``):
+
+* ``'prior'`` — RL[K]-PR: Bayesian online changepoint detection keeping the ``n_hypotheses`` most
+  probable run lengths (``None``: all, exact BOCD; ``1``: the greedy RL[1]-PR);
+* ``'moment-matched'`` — RL[K]-MMPR: a new regime starts from the Gaussian moment-matched to the
+  mixture (dependence across regimes; full and diagonal structures);
+* ``'ou'`` — RL[1]-OUPR*: one hypothesis, shrunk towards the prior by the probability that the regime
+  continues, or reset when that probability is at most ``threshold`` (the thesis' best method on its
+  drifting-classification and forecasting benchmarks).
+
+Conventions: a changepoint hypothesis learns the rows of the step that opens it (the thesis'
+convention; exact BOCD); its noise state restarts from the base filter's initial one. ``fit`` makes
+one pass whatever the base's ``n_epochs`` (a run length is a time). The base's own dynamics
+(``process_noise``, ``decay``) apply to every hypothesis before each step.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import torch
+from sklearn.base import ClassifierMixin, RegressorMixin
+from sklearn.utils.validation import check_is_fitted
+
+from ._meta import FilterMetaEstimator, is_filter
+from ._utils import to_numpy
+from .exceptions import FilterStepError
+from .filtering import FilterState
+from .runlength import RESETS, RunLengthState, initial_state, run_runlength
+
+
+class _BOCDMeta(FilterMetaEstimator):
+    """Shared machinery of the run-length meta-estimators (module docstring)."""
+
+    # -- parameters ---------------------------------------------------------------------------
+    def _check_params(self):
+        h = self.hazard
+        if isinstance(h, bool) or not isinstance(h, numbers.Real) or not 0.0 <= float(h) <= 1.0:
+            raise ValueError(f"hazard must be a probability in [0, 1], got {h!r}.")
+        if self.reset not in RESETS:
+            raise ValueError(f"reset must be one of {RESETS}, got {self.reset!r}.")
+        k = self.n_hypotheses
+        if k is not None and (isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1):
+            raise ValueError(f"n_hypotheses must be a positive integer or None, got {k!r}.")
+        if self.reset == "ou" and k != 1:
+            raise ValueError("reset='ou' (RL[1]-OUPR*) keeps one hypothesis: set n_hypotheses=1.")
+        eps = self.threshold
+        if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not 0.0 <= float(eps) <= 1.0:
+            raise ValueError(f"threshold must be in [0, 1], got {eps!r}.")
+        return {"hazard": float(h), "n_hypotheses": None if k is None else int(k), "reset": self.reset,
+                "threshold": float(eps)}
+
+    def _filter_for(self, first, y, sample_weight):
+        if first:
+            base = self._new_base()
+            inner = base._filter_for(True, y, sample_weight) if isinstance(base, FilterMetaEstimator) else base
+        else:
+            check_is_fitted(self, "estimator_")
+            base = self.estimator_
+            inner = base._filter_for(False, y, sample_weight) if isinstance(base, FilterMetaEstimator) else base
+        if not is_filter(inner):
+            raise TypeError(f"{type(self).__name__} needs a filter estimator inside its estimator.")
+        return base, inner
+
+    # -- the loop -----------------------------------------------------------------------------
+    def _run(self, X, y, sample_weight, first, classes=None, prequential=False):
+        """Learn ``(X, y)`` as the run-length mixture; with ``prequential``, returns the mixture's
+        one-step-ahead summaries of the rows (:meth:`_one_step_recorder`)."""
+        options = self._check_params()
+        base, inner = self._filter_for(first, y, sample_weight)
+        record = self._one_step_recorder(inner) if prequential else None
+        kwargs = {} if classes is None else {"classes": classes}
+        X, Y, w, cfg = inner._begin(X, y, sample_weight, reset=first, **kwargs)
+        if first:
+            prior = inner.filter_state_  # the prior belief and initial noise state
+            state = initial_state(prior)
+            prior_noise = prior.noise
+        else:
+            state = self.runlength_state_
+            prior_noise = self._prior_noise
+            if prior_noise is not None:
+                prior_noise = {k: v.to(device=cfg["device"], dtype=cfg["dtype"]) for k, v in prior_noise.items()}
+            state = state._replace(filter=inner.filter_state_)  # moved with the estimator if the device changed
+        parts = inner._engine_parts()
+        reference = parts.reference
+        prior = FilterState(parts.structure.prior(reference.mean, reference.variance), prior_noise, 0)
+        Xt, Yt = inner._tensor(X), inner._tensor(inner._target_matrix(Y))
+        wt = None if w is None else inner._tensor(w)
+        try:
+            state, out = run_runlength(parts, state, prior, Xt, Yt, wt, cfg["batch_size"], record, **options)
+        except BaseException as exc:
+            good = getattr(exc, "last_good_state", None)
+            if good is not None and isinstance(exc, FilterStepError):
+                self._install(base, inner, good, prior_noise)
+            elif not first and good is not None:
+                self._install(base, inner, good, prior_noise)
+            raise
+        self._install(base, inner, state, prior_noise)
+        return out
+
+    def _install(self, base, inner, state: RunLengthState, prior_noise):
+        inner.filter_state_ = state.filter  # the base's predictive is the mixture's
+        inner._adapter.write_to_module(state.filter.belief.mean[int(torch.argmax(state.filter.log_weights))])
+        self.estimator_ = base
+        self.runlength_state_ = state
+        self._prior_noise = prior_noise
+
+    @property
+    def _inner(self):
+        est = self.estimator_
+        while isinstance(est, FilterMetaEstimator):
+            est = est.estimator_
+        return est
+
+    # -- fitted attributes --------------------------------------------------------------------
+    @property
+    def run_lengths_(self):
+        """Run lengths (rows) of the kept hypotheses, most probable first, ``(K,)``."""
+        check_is_fitted(self, "runlength_state_")
+        return to_numpy(self.runlength_state_.run_lengths).copy()
+
+    @property
+    def runlength_log_posterior_(self):
+        """``log p(r_t = run_lengths_[k] | D_{1:t})`` of the kept hypotheses, ``(K,)``."""
+        check_is_fitted(self, "runlength_state_")
+        return to_numpy(self.runlength_state_.filter.log_weights).copy()
+
+    @property
+    def changepoint_probability_(self):
+        """Posterior probability that the last step began a new regime (``p(r_t = 0 | D_{1:t})``
+        before pruning; ``1 − ν`` for ``reset='ou'``)."""
+        check_is_fitted(self, "runlength_state_")
+        return float(self.runlength_state_.changepoint_probability)
+
+    @property
+    def map_run_length_(self):
+        """The most probable run length."""
+        return int(self.run_lengths_[int(np.argmax(self.runlength_log_posterior_))])
+
+    @property
+    def log_evidence_(self):
+        """``log p(D_{1:t})``, the sum of the mixture's log one-step predictive densities of the rows."""
+        check_is_fitted(self, "runlength_state_")
+        return float(self.runlength_state_.log_evidence)
+
+    # -- prequential --------------------------------------------------------------------------
+    def _one_step_recorder(self, inner):
+        """``record`` for :func:`skfilter.runlength.runlength_step`: the mixture's one-step-ahead
+        summary of the rows (the base's predictive; ``'mc'`` is replaced by the linearised one)."""
+        kind = inner.predictive if inner.predictive != "mc" else ("probit" if self._kind == "classifier"
+                                                                  else "linearized")
+
+        def record(f, quad, noise, weights):
+            var = quad.diagonal(dim1=-2, dim2=-1)
+            per = inner._summarize(f, var, noise, kind)  # (K', B, ·)
+            return inner._mix_summaries(per, weights)
+
+        return record
+
+
+_COMMON_DOC = """estimator : skfilter ESTIMATOR_KIND, default=None
+        The base filter (any structure and likelihood, or a ``WoLF…`` wrapper of one), cloned by
+        :meth:`fit`. ``None``: DEFAULT_BASE.
+    hazard : float, default=0.01
+        ``H``, the prior probability that a new regime begins at a step (constant hazard;
+        ``0``: the base filter exactly).
+    n_hypotheses : int or None, default=10
+        ``K``, the run lengths kept (the most probable; ``None`` keeps all: exact BOCD, ``O(t)``
+        beliefs at step ``t``; ``1`` the greedy RL[1]-PR). ``reset='ou'`` needs ``1``.
+    reset : {'prior', 'moment-matched', 'ou'}, default='prior'
+        How a new regime starts: from the prior (RL[K]-PR, BOCD); from the Gaussian moment-matched
+        to the mixture (RL[K]-MMPR; full and diagonal structures); or RL[1]-OUPR* (OU shrink towards
+        the prior by the continuation probability ``ν``, reset when ``ν ≤ threshold``).
+    threshold : float, default=0.5
+        ``ε`` of ``reset='ou'`` (0: never reset, 1: always reset)."""
+
+_ATTRIBUTES_DOC = """estimator_ : estimator
+        The fitted clone of ``estimator``; its filter holds the mixture (its ``module_`` has the
+        weights of the most probable hypothesis).
+    run_lengths_ : ndarray of shape (K,)
+    runlength_log_posterior_ : ndarray of shape (K,)
+    changepoint_probability_ : float
+    map_run_length_ : int
+    log_evidence_ : float
+    runlength_state_ : skfilter.runlength.RunLengthState
+    n_features_in_ : int
+    n_samples_seen_ : int"""
+
+
+class BOCDRegressor(RegressorMixin, _BOCDMeta):
+    """Regression on non-stationary streams: a skfilter regressor as a run-length mixture (BOCD).
+
+    Parameters
+    ----------
+    COMMON
+
+    Attributes
+    ----------
+    ATTRIBUTES
+
+    See Also
+    --------
+    BOCDClassifier : the same for classifiers.
+    skfilter.runlength : the run-length step.
+
+    Notes
+    -----
+    spec/bone.md §2–§3 (Adams & MacKay 2007; Duran-Martin et al., BONE, 2024).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfilter import BOCDRegressor, EKFRegressor
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(200, 1)); slope = np.where(np.arange(200) < 100, 2.0, -2.0)
+    >>> y = slope * X[:, 0] + 0.1 * rng.normal(size=200)
+    >>> base = EKFRegressor(hidden_layer_sizes=(), prior_variance=4.0, obs_variance=0.01, random_state=0)
+    >>> reg = BOCDRegressor(base, hazard=0.01, n_hypotheses=5).fit(X, y)
+    >>> 90 <= reg.map_run_length_ <= 101, bool(abs(reg.predict([[1.0]])[0] + 2.0) < 0.2)
+    (True, True)
+    """
+
+    _kind = "regressor"
+
+    def __init__(self, estimator=None, *, hazard=0.01, n_hypotheses=10, reset="prior", threshold=0.5):
+        self.estimator = estimator
+        self.hazard = hazard
+        self.n_hypotheses = n_hypotheses
+        self.reset = reset
+        self.threshold = threshold
+
+    def _default_estimator(self):
+        from .lofi import LoFiRegressor
+
+        return LoFiRegressor()
+
+    def fit(self, X, y, sample_weight=None):
+        """Learn the stream ``(X, y)`` from the prior, in row order, as a run-length mixture.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+        sample_weight : array-like of shape (n_samples,), default=None
+
+        Returns
+        -------
+        self : object
+        """
+        self._run(X, y, sample_weight, first=True)
+        return self
+
+    def partial_fit(self, X, y, sample_weight=None):
+        """Continue the stream with ``(X, y)``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+        sample_weight : array-like of shape (n_samples,), default=None
+
+        Returns
+        -------
+        self : object
+        """
+        self._run(X, y, sample_weight, first=not hasattr(self, "runlength_state_"))
+        return self
+
+    def predict(self, X, return_std=False, include_noise=True):
+        """The mixture's predictive mean (and standard deviation) of ``y``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        return_std : bool, default=False
+        include_noise : bool, default=True
+            Whether the standard deviation includes the observation noise.
+
+        Returns
+        -------
+        y_mean : ndarray of shape (n_samples,) or (n_samples, n_outputs)
+        y_std : ndarray, only with ``return_std``
+        """
+        check_is_fitted(self, "runlength_state_")
+        return self.estimator_.predict(X, return_std=return_std, include_noise=include_noise)
+
+    def sample_y(self, X, n_samples=1, random_state=None):
+        """Draws from the mixture: a hypothesis by its weight, then ``θ`` from it, then ``y``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples_X, n_features)
+        n_samples : int, default=1
+        random_state : int, RandomState instance or None, default=None
+
+        Returns
+        -------
+        y_samples : ndarray of shape (n_samples_X, n_samples) or (n_samples_X, n_outputs, n_samples)
+        """
+        check_is_fitted(self, "runlength_state_")
+        return self.estimator_.sample_y(X, n_samples=n_samples, random_state=random_state)
+
+    def prequential_fit_predict(self, X, y, *, return_std=False, method="predict", sample_weight=None,
+                                classes=None):
+        """Fit from the prior and return every row's one-step-ahead prediction by the mixture,
+        made before the row is learned.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+        return_std : bool, default=False
+        method : {'predict'}, default='predict'
+        sample_weight : array-like of shape (n_samples,), default=None
+        classes : None
+            Classifiers only.
+
+        Returns
+        -------
+        y_pred : ndarray, or ``(y_pred, y_std)`` with ``return_std``
+        """
+        if method != "predict":
+            raise ValueError(f"method must be 'predict' for a regressor, got {method!r}.")
+        rec = self._run(X, y, sample_weight, first=True, prequential=True)
+        inner = self._inner
+        C = inner.n_outputs_
+        mean = inner._shape_output(to_numpy(rec[:, :C]))
+        if not return_std:
+            return mean
+        std = inner._shape_output(to_numpy((rec[:, C:2 * C] + rec[:, 2 * C:]).clamp_min(0).sqrt()))
+        return mean, std
+
+
+class BOCDClassifier(ClassifierMixin, _BOCDMeta):
+    """Classification on non-stationary streams: a skfilter classifier as a run-length mixture.
+
+    Parameters
+    ----------
+    COMMON
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+    ATTRIBUTES
+
+    See Also
+    --------
+    BOCDRegressor : the same for regressors.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfilter import BOCDClassifier, EKFClassifier
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(400, 2)); w = np.where(np.arange(400) < 200, 1.0, -1.0)
+    >>> y = (w * X[:, 0] > 0).astype(int)  # the boundary flips at row 200
+    >>> base = EKFClassifier(hidden_layer_sizes=(), random_state=0)
+    >>> clf = BOCDClassifier(base, hazard=0.01).fit(X, y)
+    >>> bool((clf.predict(X[300:]) == y[300:]).mean() > 0.9)
+    True
+    """
+
+    _kind = "classifier"
+
+    def __init__(self, estimator=None, *, hazard=0.01, n_hypotheses=10, reset="prior", threshold=0.5):
+        self.estimator = estimator
+        self.hazard = hazard
+        self.n_hypotheses = n_hypotheses
+        self.reset = reset
+        self.threshold = threshold
+
+    def _default_estimator(self):
+        from .lofi import LoFiClassifier
+
+        return LoFiClassifier()
+
+    def fit(self, X, y, sample_weight=None):
+        """Learn the stream ``(X, y)`` from the prior, in row order, as a run-length mixture.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+        sample_weight : array-like of shape (n_samples,), default=None
+
+        Returns
+        -------
+        self : object
+        """
+        self._run(X, y, sample_weight, first=True)
+        return self
+
+    def partial_fit(self, X, y, classes=None, sample_weight=None):
+        """Continue the stream with ``(X, y)``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+        classes : array-like of shape (n_classes,), default=None
+            All the classes of the stream; required on the first call.
+        sample_weight : array-like of shape (n_samples,), default=None
+
+        Returns
+        -------
+        self : object
+        """
+        first = not hasattr(self, "runlength_state_")
+        if first and classes is None:
+            raise ValueError("classes must be passed on the first call to partial_fit.")
+        self._run(X, y, sample_weight, first=first, classes=classes)
+        return self
+
+    @property
+    def classes_(self):
+        """The class labels."""
+        return self.estimator_.classes_
+
+    def predict_proba(self, X):
+        """The mixture's class probabilities.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        proba : ndarray of shape (n_samples, n_classes)
+        """
+        check_is_fitted(self, "runlength_state_")
+        return self.estimator_.predict_proba(X)
+
+    def predict_log_proba(self, X):
+        """Logarithm of :meth:`predict_proba`.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        log_proba : ndarray of shape (n_samples, n_classes)
+        """
+        check_is_fitted(self, "runlength_state_")
+        return self.estimator_.predict_log_proba(X)
+
+    def predict(self, X):
+        """The most probable class under the mixture.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        y : ndarray of shape (n_samples,)
+        """
+        check_is_fitted(self, "runlength_state_")
+        return self.estimator_.predict(X)
+
+    def prequential_fit_predict(self, X, y, *, return_std=False, method="predict", sample_weight=None,
+                                classes=None):
+        """Fit from the prior and return every row's one-step-ahead prediction by the mixture
+        (labels, probabilities or log-probabilities), made before the row is learned.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+        return_std : False
+        method : {'predict', 'predict_proba', 'predict_log_proba'}, default='predict'
+        sample_weight : array-like of shape (n_samples,), default=None
+        classes : array-like of shape (n_classes,), default=None
+
+        Returns
+        -------
+        pred : ndarray of shape (n_samples,) or (n_samples, n_classes)
+        """
+        if return_std:
+            raise ValueError("return_std is only available for regressors.")
+        if method not in ("predict", "predict_proba", "predict_log_proba"):
+            raise ValueError(f"method must be 'predict', 'predict_proba' or 'predict_log_proba', got {method!r}.")
+        proba = to_numpy(self._run(X, y, sample_weight, first=True, classes=classes, prequential=True))
+        if method == "predict_proba":
+            return proba
+        if method == "predict_log_proba":
+            with np.errstate(divide="ignore"):
+                return np.log(proba)
+        return self.classes_[np.argmax(proba, axis=1)]
+
+
+for _cls, _kind, _default in ((BOCDRegressor, "regressor", "``LoFiRegressor()``"),
+                              (BOCDClassifier, "classifier", "``LoFiClassifier()``")):
+    _cls.__doc__ = _cls.__doc__.replace("COMMON", _COMMON_DOC.replace("ESTIMATOR_KIND", _kind).replace(
+        "DEFAULT_BASE", _default)).replace("ATTRIBUTES", _ATTRIBUTES_DOC)

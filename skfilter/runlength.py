@@ -1,0 +1,271 @@
+"""Run-length filtering: BONE's changepoint machinery over any filter, on the engine's hypotheses axis.
+
+spec/bone.md §2–§3 (thesis Ch. 3). A run-length filter keeps ``K`` hypotheses about how many rows
+the current regime has lasted, each with its own belief (any posterior structure, any likelihood,
+robust weighting included: the base filter's :class:`~skfilter.filtering.EngineParts`), and weighs
+them by their posterior probability ``ν_t(r) = p(r_t = r | D_{1:t})``. One step on a block of rows
+(``batch_size`` rows, usually one):
+
+**RL[K]-PR** (``reset='prior'``; Alg. 8, eqs. 3.46–3.53) — BOCD with the ``K`` most probable run
+lengths (``K = None``: all of them, exact BOCD):
+
+1. candidates: the ``K`` kept hypotheses (growth, ``r ← r + n``) and one changepoint hypothesis
+   ``r = 0`` whose prior is the reference ``N(μ₀, Σ₀)`` (the stream's prior) with the initial noise
+   state;
+2. all ``K + 1`` go through one batched :func:`~skfilter.filtering.filter_step` (dynamics, robust
+   weights and update on the leading hypotheses axis — no loop over hypotheses); its recorder gives
+   each candidate's log predictive density of the rows ``ℓ_k = log p(y | r_k, D_{1:t−1})``
+   (:meth:`~skfilter.likelihoods.Likelihood.log_predictive`, from the *prior* predictive, with
+   ``R`` and not ``R / W²`` under WoLF — spec/wolf-subspace-pulse.md §6.19);
+3. log joints: growth ``ℓ_k + log ν_{t−1}(k) + log(1 − H)``; changepoint
+   ``ℓ_0 + log Σ_k ν_{t−1}(k) + log H`` (the corrected line 13 of Alg. 8: the joints *before* this
+   step, times the hazard);
+4. the log evidence of the rows is the log-sum-exp of the joints; the ``K`` largest joints are kept
+   (ties: the longer run, for a deterministic choice) and renormalised (eq. 3.36).
+
+The changepoint hypothesis follows the thesis' convention (spec/bone.md §6.3): the rows of the step
+are the first rows of the new regime — evaluated under the prior, *then learned* by the ``r = 0``
+belief; with ``K = None`` this is exact BOCD (it equals brute-force enumeration of all segmentations,
+§5 fact 12). The authors' library instead keeps the un-updated prior for ``r = 0``.
+
+**RL[K]-MMPR** (``reset='moment-matched'``; Alg. 9, eqs. 3.54–3.57): as RL[K]-PR, but the
+changepoint hypothesis starts from the Gaussian moment-matched to the mixture of the kept beliefs
+with weights ``ν_{t−1}`` (normalised, as the printed weights are not;
+:meth:`~skfilter.posteriors.Structure.moment_match`).
+
+**RL[1]-OUPR*** (``reset='ou'``; Alg. 10, eq. 3.58): one hypothesis. With ``p₁`` the predictive of
+the rows under the previous posterior and ``p₀`` under the prior,
+``ν = σ(log p₁ − log p₀ + log((1 − H)/H))`` is the probability that the regime continues. If
+``ν > ε`` the prior of the step is the previous posterior shrunk towards the reference (OU,
+``μ̄ = ν μ + (1 − ν) μ₀``, ``Σ̄ = ν² Σ + (1 − ν²) Σ₀``; :mod:`skfilter.dynamics`), else the reference
+itself (hard reset); then the rows are learned in both branches.
+
+The state (:class:`RunLengthState`) holds the hypotheses as a mixture
+:class:`~skfilter.filtering.FilterState` (``log_weights`` normalised), their run lengths, the log
+evidence so far and the changepoint probability of the last step.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import torch
+
+from .dynamics import Dynamics, apply_dynamics
+from .exceptions import FilterStepError
+from .filtering import FilterState, filter_step
+from .posteriors import map_belief
+
+RESETS = ("prior", "moment-matched", "ou")
+
+
+class RunLengthState(NamedTuple):
+    """A run-length filter's state: ``filter`` (a mixture :class:`~skfilter.filtering.FilterState`
+    with ``K`` hypotheses and normalised ``log_weights``), ``run_lengths`` ``(K,)`` (``r``: the
+    hypothesis' regime began ``r`` rows before the last one, so its belief holds ``r + 1`` rows, as
+    in the thesis; the initial hypothesis, begun before the first row, counts one more),
+    ``log_evidence`` (the
+    sum of the log predictive densities of the rows so far, ``log p(D_{1:t})``) and
+    ``changepoint_probability`` (the weight of ``r = 0`` after the last step, before pruning)."""
+
+    filter: FilterState
+    run_lengths: torch.Tensor
+    log_evidence: float
+    changepoint_probability: float
+
+
+def _concat(a: Any, b: Any):
+    """Concatenate two values along the leading hypotheses axis (tensors, beliefs, noise dicts)."""
+    if isinstance(a, torch.Tensor):
+        return torch.cat([a, b])
+    if isinstance(a, dict):
+        return {k: torch.cat([a[k], b[k]]) for k in a}
+    if isinstance(a, tuple):
+        parts = [_concat(x, y) for x, y in zip(a, b)]
+        return type(a)(*parts) if hasattr(a, "_fields") else tuple(parts)
+    return a
+
+
+def _take(value: Any, index: torch.Tensor):
+    """The hypotheses ``index`` (a 1-d tensor) of a value with a leading hypotheses axis."""
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return {k: v[index] for k, v in value.items()}
+    return map_belief(lambda v: v[index], value)
+
+
+def _with_axis(value: Any):
+    """A value without hypotheses axis as one hypothesis (leading axis of length 1)."""
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return {k: v.unsqueeze(0) for k, v in value.items()}
+    return map_belief(lambda v: v.unsqueeze(0), value)
+
+
+def initial_state(prior: FilterState) -> RunLengthState:
+    """The state before any row: one hypothesis, run length 0, the prior (log weight 0)."""
+    mean = prior.belief.mean
+    return RunLengthState(FilterState(_with_axis(prior.belief), _with_axis(prior.noise), prior.n_seen,
+                                      torch.zeros(1, dtype=mean.dtype, device=mean.device)),
+                          torch.zeros(1, dtype=torch.long, device=mean.device), 0.0, 0.0)
+
+
+def _log_hazards(hazard: float):
+    log_h = math.log(hazard) if hazard > 0 else -math.inf
+    log_s = math.log1p(-hazard) if hazard < 1 else -math.inf
+    return log_h, log_s
+
+
+def runlength_step(parts, state: RunLengthState, prior: FilterState, X, Y, sample_weight=None, *,
+                   hazard: float, n_hypotheses, reset: str = "prior", threshold: float = 0.5, record=None):
+    """One run-length step on the rows ``X (B, D)``, ``Y (B, C)`` (module docstring).
+
+    Parameters
+    ----------
+    parts : skfilter.filtering.EngineParts
+        The base filter's parts (its dynamics apply to every hypothesis before each step).
+    state : RunLengthState
+    prior : skfilter.filtering.FilterState
+        The reference belief and initial noise state (no hypotheses axis): the changepoint prior.
+    hazard : float
+        ``H ∈ [0, 1]``, the prior probability of a changepoint at each step.
+    n_hypotheses : int or None
+        ``K``, the hypotheses kept (``None``: all).
+    reset : {'prior', 'moment-matched', 'ou'}
+    threshold : float
+        ``ε`` of ``'ou'``.
+    record : callable, optional
+        ``record(f, quad, noise, weights)`` with the candidates' prior-predictive outputs
+        ``f (K', B, C)``, ``J Σ⁻ Jᵀ`` ``(K', B, C, C)``, their noise state and the weights ``(K',)``
+        under which the mixture predicted these rows (0 for the changepoint candidate): the
+        one-step-ahead prediction of the rows.
+
+    Returns
+    -------
+    (RunLengthState, record_output)
+    """
+    if reset == "ou":
+        return _oupr_step(parts, state, prior, X, Y, sample_weight, hazard=hazard, threshold=threshold,
+                          record=record)
+    log_h, log_s = _log_hazards(hazard)
+    hyp = state.filter
+    K = hyp.log_weights.shape[0]
+    if reset == "moment-matched":
+        cp_belief = parts.structure.moment_match(hyp.belief, hyp.log_weights)
+    else:
+        cp_belief = prior.belief
+    candidates = FilterState(_concat(hyp.belief, _with_axis(cp_belief)), _concat(hyp.noise, _with_axis(prior.noise)),
+                             hyp.n_seen)
+    captured = {}
+
+    def capture(X_, f, quad, noise, predicted):
+        captured["f"], captured["quad"], captured["noise"] = f, quad, noise
+        return None
+
+    new, _ = filter_step(parts, candidates, X, Y, sample_weight, capture)
+    f, quad = captured["f"], captured["quad"]
+    lp = parts.likelihood.log_predictive(f, quad, Y, captured["noise"])  # (K+1, B)
+    if sample_weight is not None:  # a row of weight w counts w times in the evidence, as in the update
+        lp = lp * sample_weight.to(lp.dtype)
+    lp = lp.sum(-1)
+    if not bool(torch.isfinite(lp).all()):
+        raise FilterStepError("A hypothesis' log predictive density is not finite; the last good state is kept.")
+    log_joint = torch.cat([lp[:K] + hyp.log_weights + log_s, (lp[K] + log_h).reshape(1)])
+    log_evidence_step = torch.logsumexp(log_joint, 0)
+    log_post = log_joint - log_evidence_step
+    cp_prob = float(log_post[K].exp())
+    n_rows = X.shape[0]
+    run_lengths = torch.cat([state.run_lengths + n_rows, torch.zeros(1, dtype=torch.long,
+                                                                     device=state.run_lengths.device)])
+    keep = _keep(log_post, run_lengths, n_hypotheses)
+    log_post = log_post[keep]
+    log_post = log_post - torch.logsumexp(log_post, 0)
+    out = None
+    if record is not None:
+        weights = torch.cat([hyp.log_weights.exp(), torch.zeros(1, dtype=f.dtype, device=f.device)])
+        out = record(f, quad, captured["noise"], weights)
+    new_filter = FilterState(_take(new.belief, keep), _take(new.noise, keep), new.n_seen, log_post)
+    return RunLengthState(new_filter, run_lengths[keep], state.log_evidence + float(log_evidence_step),
+                          cp_prob), out
+
+
+def _keep(log_post, run_lengths, n_hypotheses):
+    """Indices of the hypotheses kept: finite weights, the ``n_hypotheses`` most probable (ties: the
+    longer run first), in decreasing weight."""
+    finite = torch.isfinite(log_post)
+    # sort by weight, then by run length (both descending), deterministically
+    order = torch.argsort(run_lengths.to(torch.float64), descending=True, stable=True)
+    order = order[torch.argsort(log_post[order], descending=True, stable=True)]
+    order = order[finite[order]]
+    if n_hypotheses is not None:
+        order = order[:n_hypotheses]
+    return order
+
+
+def _oupr_step(parts, state, prior, X, Y, sample_weight, *, hazard, threshold, record):
+    """RL[1]-OUPR* (Alg. 10; module docstring)."""
+    structure = parts.structure
+    hyp = state.filter
+    belief = map_belief(lambda v: v[0], hyp.belief)
+    noise = None if hyp.noise is None else {k: v[0] for k, v in hyp.noise.items()}
+    predicted = apply_dynamics(structure, belief, parts.dynamics, parts.reference)
+    # the two predictives, in one batched linearisation: continue (previous posterior) and reset (prior)
+    pair = _concat(_with_axis(predicted), _with_axis(prior.belief))
+    f, J = parts.adapter.forward_jacobian(pair.mean, X)
+    quad = structure.quadratic_form(pair, J)
+    lp = parts.likelihood.log_predictive(f, quad, Y, noise)  # (2, B)
+    if sample_weight is not None:
+        lp = lp * sample_weight.to(lp.dtype)
+    lp = lp.sum(-1)
+    if not bool(torch.isfinite(lp).all()):
+        raise FilterStepError("The log predictive density is not finite; the last good state is kept.")
+    log_h, log_s = _log_hazards(hazard)
+    log_cont, log_cp = lp[0] + log_s, lp[1] + log_h
+    log_evidence_step = torch.logaddexp(log_cont, log_cp)
+    nu = float(torch.exp(log_cont - log_evidence_step))  # ν, eq. 3.58
+    if nu > threshold:  # continue, shrunk towards the reference
+        start = predicted if nu == 1.0 else apply_dynamics(structure, predicted, Dynamics(reversion=1.0 - nu),
+                                                           parts.reference)
+        run = state.run_lengths + X.shape[0]
+    else:  # hard reset to the reference
+        start = prior.belief
+        run = torch.zeros_like(state.run_lengths)
+    out = None
+    if record is not None:  # the one-step-ahead prediction: the previous posterior's
+        out = record(f[:1], quad[:1], _with_axis(noise), torch.ones(1, dtype=f.dtype, device=f.device))
+    new, _ = filter_step(parts._replace(dynamics=Dynamics()), FilterState(start, noise, hyp.n_seen), X, Y,
+                         sample_weight)
+    zero = torch.zeros(1, dtype=hyp.log_weights.dtype, device=hyp.log_weights.device)
+    new_filter = FilterState(_with_axis(new.belief), _with_axis(new.noise), new.n_seen, zero)
+    return RunLengthState(new_filter, run, state.log_evidence + float(log_evidence_step), 1.0 - nu), out
+
+
+def run_runlength(parts, state: RunLengthState, prior: FilterState, X, Y, sample_weight=None, batch_size=1,
+                  record=None, progress=None, **options):
+    """Filter the rows of ``X`` in order with :func:`runlength_step` (``options``: its keyword
+    arguments). Returns ``(state, records)``; on any exception the exception carries
+    ``last_good_state`` and ``rows_done``, as :func:`skfilter.filtering.run_filter`."""
+    outs = []
+    start = state.filter.n_seen
+    Xs, Ys = X.split(batch_size), Y.split(batch_size)
+    ws = [None] * len(Xs) if sample_weight is None else sample_weight.split(batch_size)
+    try:
+        for Xb, Yb, wb in zip(Xs, Ys, ws):
+            state, out = runlength_step(parts, state, prior, Xb, Yb, wb, record=record, **options)
+            if record is not None:
+                outs.append(out)
+            if progress is not None:
+                progress(state.filter.n_seen - start)
+    except BaseException as exc:
+        try:
+            exc.last_good_state = state
+            exc.rows_done = state.filter.n_seen - start
+        except AttributeError:  # pragma: no cover
+            pass
+        raise
+    if record is None:
+        return state, None
+    return state, (torch.cat(outs) if outs else None)
