@@ -18,7 +18,10 @@ Reset rules (``reset``):
   mixture (dependence across regimes; full and diagonal structures);
 * ``'ou'`` — RL[1]-OUPR*: one hypothesis, shrunk towards the prior by the probability that the regime
   continues, or reset when that probability is at most ``threshold`` (the thesis' best method on its
-  drifting-classification and forecasting benchmarks).
+  drifting-classification and forecasting benchmarks);
+* ``'cpp-ou'`` — the gradual baseline CPP-OU (an OU shrink at every step with the rate that best
+  predicts the step's rows). The other gradual baseline, C-ACI, is the base filter itself with
+  ``process_noise`` (no wrapper).
 
 Conventions: a changepoint hypothesis learns the rows of the step that opens it (the thesis'
 convention; exact BOCD); its noise state restarts from the base filter's initial one. ``fit`` makes
@@ -55,8 +58,8 @@ class _BOCDMeta(FilterMetaEstimator):
         k = self.n_hypotheses
         if k is not None and (isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1):
             raise ValueError(f"n_hypotheses must be a positive integer or None, got {k!r}.")
-        if self.reset == "ou" and k != 1:
-            raise ValueError("reset='ou' (RL[1]-OUPR*) keeps one hypothesis: set n_hypotheses=1.")
+        if self.reset in ("ou", "cpp-ou") and k != 1:
+            raise ValueError(f"reset={self.reset!r} keeps one hypothesis: set n_hypotheses=1.")
         eps = self.threshold
         if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not 0.0 <= float(eps) <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {eps!r}.")
@@ -180,10 +183,12 @@ _COMMON_DOC = """estimator : skfilter ESTIMATOR_KIND, default=None
     n_hypotheses : int or None, default=10
         ``K``, the run lengths kept (the most probable; ``None`` keeps all: exact BOCD, ``O(t)``
         beliefs at step ``t``; ``1`` the greedy RL[1]-PR). ``reset='ou'`` needs ``1``.
-    reset : {'prior', 'moment-matched', 'ou'}, default='prior'
+    reset : {'prior', 'moment-matched', 'ou', 'cpp-ou'}, default='prior'
         How a new regime starts: from the prior (RL[K]-PR, BOCD); from the Gaussian moment-matched
         to the mixture (RL[K]-MMPR; full and diagonal structures); or RL[1]-OUPR* (OU shrink towards
-        the prior by the continuation probability ``ν``, reset when ``ν ≤ threshold``).
+        the prior by the continuation probability ``ν``, reset when ``ν ≤ threshold``). ``'cpp-ou'``
+        is the thesis' gradual baseline CPP-OU (an OU shrink every step with the empirical-Bayes
+        rate; no run lengths; ``hazard`` unused). ``'ou'`` and ``'cpp-ou'`` need ``n_hypotheses=1``.
     threshold : float, default=0.5
         ``ε`` of ``reset='ou'`` (0: never reset, 1: always reset)."""
 

@@ -40,6 +40,12 @@ the rows under the previous posterior and ``p₀`` under the prior,
 ``μ̄ = ν μ + (1 − ν) μ₀``, ``Σ̄ = ν² Σ + (1 − ν²) Σ₀``; :mod:`skfilter.dynamics`), else the reference
 itself (hard reset); then the rows are learned in both branches.
 
+**CPP-OU** (``reset='cpp-ou'``; eqs. 3.14, 3.43–3.45, a gradual baseline of Table 3.4, not a
+run-length rule): one belief, shrunk every step towards the reference by the same OU map with the
+``υ`` that maximises the predictive density of the rows (empirical Bayes), chosen among
+:data:`CPP_GRID` — all candidates linearised in one batched call (Titsias et al. take a few gradient
+steps on the same objective). ``changepoint_probability`` is ``1 − υ``.
+
 The state (:class:`RunLengthState`) holds the hypotheses as a mixture
 :class:`~skfilter.filtering.FilterState` (``log_weights`` normalised), their run lengths, the log
 evidence so far and the changepoint probability of the last step.
@@ -57,7 +63,11 @@ from .exceptions import FilterStepError
 from .filtering import FilterState, filter_step
 from .posteriors import map_belief
 
-RESETS = ("prior", "moment-matched", "ou")
+RESETS = ("prior", "moment-matched", "ou", "cpp-ou")
+
+#: the values of ``υ`` (the probability that the parameters carry over) among which ``'cpp-ou'``
+#: picks the empirical-Bayes one each step: dense near 1, where slow forgetting lives
+CPP_GRID = (1.0, 0.9999, 0.999, 0.997, 0.99, 0.97, 0.9, 0.8, 0.6, 0.4, 0.2, 0.0)
 
 
 class RunLengthState(NamedTuple):
@@ -150,6 +160,8 @@ def runlength_step(parts, state: RunLengthState, prior: FilterState, X, Y, sampl
     if reset == "ou":
         return _oupr_step(parts, state, prior, X, Y, sample_weight, hazard=hazard, threshold=threshold,
                           record=record)
+    if reset == "cpp-ou":
+        return _cpp_step(parts, state, X, Y, sample_weight, record=record)
     log_h, log_s = _log_hazards(hazard)
     hyp = state.filter
     K = hyp.log_weights.shape[0]
@@ -241,6 +253,39 @@ def _oupr_step(parts, state, prior, X, Y, sample_weight, *, hazard, threshold, r
     zero = torch.zeros(1, dtype=hyp.log_weights.dtype, device=hyp.log_weights.device)
     new_filter = FilterState(_with_axis(new.belief), _with_axis(new.noise), new.n_seen, zero)
     return RunLengthState(new_filter, run, state.log_evidence + float(log_evidence_step), 1.0 - nu), out
+
+
+def _cpp_step(parts, state, X, Y, sample_weight, *, record):
+    """CPP-OU (module docstring): the OU shrink with the empirical-Bayes ``υ`` of :data:`CPP_GRID`."""
+    structure = parts.structure
+    hyp = state.filter
+    belief = map_belief(lambda v: v[0], hyp.belief)
+    noise = None if hyp.noise is None else {k: v[0] for k, v in hyp.noise.items()}
+    predicted = apply_dynamics(structure, belief, parts.dynamics, parts.reference)
+    shrunk = [predicted if u == 1.0 else apply_dynamics(structure, predicted, Dynamics(reversion=1.0 - u),
+                                                        parts.reference) for u in CPP_GRID]
+    cands = shrunk[0]
+    cands = _with_axis(cands)
+    for b in shrunk[1:]:
+        cands = _concat(cands, _with_axis(b))
+    f, J = parts.adapter.forward_jacobian(cands.mean, X)
+    quad = structure.quadratic_form(cands, J)
+    lp = parts.likelihood.log_predictive(f, quad, Y, noise)
+    if sample_weight is not None:
+        lp = lp * sample_weight.to(lp.dtype)
+    lp = lp.sum(-1)
+    if not bool(torch.isfinite(lp).all()):
+        raise FilterStepError("The log predictive density is not finite; the last good state is kept.")
+    best = int(torch.argmax(lp))  # ties: the largest υ (the grid is in decreasing order)
+    out = None
+    if record is not None:  # the one-step-ahead prediction: the previous posterior's
+        out = record(f[:1], quad[:1], _with_axis(noise), torch.ones(1, dtype=f.dtype, device=f.device))
+    new, _ = filter_step(parts._replace(dynamics=Dynamics()), FilterState(shrunk[best], noise, hyp.n_seen), X, Y,
+                         sample_weight)
+    zero = torch.zeros(1, dtype=hyp.log_weights.dtype, device=hyp.log_weights.device)
+    new_filter = FilterState(_with_axis(new.belief), _with_axis(new.noise), new.n_seen, zero)
+    return RunLengthState(new_filter, state.run_lengths + X.shape[0], state.log_evidence + float(lp[best]),
+                          1.0 - CPP_GRID[best]), out
 
 
 def run_runlength(parts, state: RunLengthState, prior: FilterState, X, Y, sample_weight=None, batch_size=1,

@@ -247,7 +247,7 @@ def _jump_stream(n=80, poisson=False, seed=0):
     return X, y
 
 
-@pytest.mark.parametrize("reset", ["prior", "moment-matched", "ou"])
+@pytest.mark.parametrize("reset", ["prior", "moment-matched", "ou", "cpp-ou"])
 @pytest.mark.parametrize("name", list(_REGRESSORS))
 def test_every_structure_likelihood_and_wrapper(name, reset):
     if reset == "moment-matched" and name not in _MM_SUPPORTED:
@@ -255,7 +255,7 @@ def test_every_structure_likelihood_and_wrapper(name, reset):
             BOCDRegressor(_REGRESSORS[name](), reset=reset).fit(*_jump_stream(poisson=name == "poisson"))
         return
     X, y = _jump_stream(poisson=name == "poisson")
-    k = 1 if reset == "ou" else 4
+    k = 1 if reset in ("ou", "cpp-ou") else 4
     est = BOCDRegressor(_REGRESSORS[name](), hazard=0.05, n_hypotheses=k, reset=reset).fit(X, y)
     mean, std = est.predict(X[:6], return_std=True)
     assert mean.shape == (6,) and np.all(np.isfinite(std)) and np.all(std > 0)
@@ -381,3 +381,23 @@ def test_torch_state_is_on_the_estimator_device():
     X, y = _linear_stream(T=8)
     est = BOCDRegressor(_linear_base(), n_hypotheses=2).fit(X, y)
     assert est.runlength_state_.filter.log_weights.dtype == torch.float64
+
+
+def test_cpp_ou_picks_the_best_rate_and_upsilon_one_is_the_base():
+    """CPP-OU (eq. 3.14, 3.45): on a stationary stream it keeps υ = 1 (the base filter); after a
+    jump it shrinks (υ < 1) and predicts the new regime sooner than the base."""
+    from skfilter.runlength import CPP_GRID
+
+    X, y = _linear_stream(T=30, jump=False)
+    est = BOCDRegressor(_linear_base(), reset="cpp-ou", n_hypotheses=1).fit(X, y)
+    plain = clone(_linear_base()).fit(X, y)
+    assert CPP_GRID[0] == 1.0
+    rng = np.random.default_rng(0)
+    X2 = rng.normal(size=(400, 2))
+    y2 = np.where(np.arange(400) < 200, 1.0, -1.0) * X2.sum(1) + 0.3 * rng.normal(size=400)
+    cpp = BOCDRegressor(_linear_base(), reset="cpp-ou", n_hypotheses=1).prequential_fit_predict(X2, y2)
+    base = clone(_linear_base()).prequential_fit_predict(X2, y2)
+    after = slice(210, 260)
+    assert np.mean((cpp[after] - y2[after]) ** 2) < 0.5 * np.mean((base[after] - y2[after]) ** 2)
+    assert est.changepoint_probability_ < 0.05
+    assert np.isfinite(plain.predict(X[:2])).all()
