@@ -17,9 +17,11 @@ exception — a numerical failure or a ``KeyboardInterrupt`` — can leave a mix
 from __future__ import annotations
 
 import abc
+import functools
 import math
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 
 from ..exceptions import FilterStepError
@@ -135,9 +137,12 @@ class Structure(abc.ABC):
 
         Returns ``(belief, info)`` with ``info`` an :class:`UpdateInfo`. Raises
         :class:`~skfilter.exceptions.FilterStepError` (and returns nothing) when the result is not
-        finite or a matrix that must be positive definite is not. ``workspace``, if given, is a
-        *dead* belief of this structure (nothing references it any more; the engine checks) whose
-        large arrays the new belief may be written into instead of fresh memory — never ``belief``.
+        finite or a matrix that must be positive definite is not. Every structure keeps its update
+        numerically safe for stiff rows (:func:`stiffness_limit`): with a linear model and no process
+        noise, no update makes a predictive variance ``J Σ Jᵀ`` grow beyond rounding (LoFi: unless its
+        truncation moves precision). ``workspace``, if given, is a *dead* belief of this structure
+        (nothing references it any more; the engine checks) whose large arrays the new belief may be
+        written into instead of fresh memory — never ``belief``.
         """
 
     @abc.abstractmethod
@@ -196,6 +201,37 @@ class Structure(abc.ABC):
         return map_belief(lambda v: v.expand(*batch, *v.shape).contiguous(), belief)
 
 
+def sync_step(values, positive=None, info=None, watch=(), what="innovation covariance"):
+    """The checks of :func:`check_step` in one host synchronisation, without raising.
+
+    Returns ``(failure, watched)``: ``failure`` is ``None`` or the :class:`FilterStepError` that
+    :func:`check_step` raises, ``watched`` the host values (floats) of the 0-d tensors ``watch`` —
+    quantities a structure decides on after the step (its stiffness). A 0-d tensor of ``values`` is
+    used as it is (no ``sum``).
+    """
+    parts = [t if t.dim() == 0 else t.sum() for t in values]
+    n_sums = len(parts)
+    dtype = values[0].dtype
+    if positive is not None:
+        parts.append(positive.sum())
+        parts.append(positive.amin())
+    n_checked = len(parts)
+    parts += [w if w.dtype == dtype else w.to(dtype) for w in watch]
+    if info is not None:
+        parts.append(info.max().to(dtype) if info.dim() else info.to(dtype))
+    vals = torch.stack(parts).tolist()
+    watched = vals[n_checked:n_checked + len(watch)]
+    if info is not None and vals[-1] != 0:
+        return FilterStepError(f"The {what} is not positive definite (the belief is degenerate)."), watched
+    finite = all(math.isfinite(v) for v in vals[:n_sums + (1 if positive is not None else 0)])
+    if not finite or (positive is not None and not vals[n_sums + 1] > 0):
+        return FilterStepError(
+            "The filter step produced non-finite values or non-positive variances; "
+            "the last good belief is kept. Try a smaller prior_variance or a larger obs_variance."
+        ), watched
+    return None, watched
+
+
 def check_step(values, positive=None, info=None, what="innovation covariance"):
     """Raise :class:`FilterStepError` unless every array in ``values`` is finite, every entry of
     ``positive`` (if given) is finite and > 0, and ``info`` (of :func:`torch.linalg.cholesky_ex`,
@@ -205,23 +241,9 @@ def check_step(values, positive=None, info=None, what="innovation covariance"):
     overflowing to ``inf`` means values near the float range, a failure as well), and ``amin``
     propagates NaN.
     """
-    parts = [t.sum() for t in values]
-    n_sums = len(parts)
-    dtype = values[0].dtype
-    if positive is not None:
-        parts.append(positive.sum())
-        parts.append(positive.amin())
-    if info is not None:
-        parts.append(info.max().to(dtype) if info.dim() else info.to(dtype))
-    vals = torch.stack(parts).tolist()
-    if info is not None and vals[-1] != 0:
-        raise FilterStepError(f"The {what} is not positive definite (the belief is degenerate).")
-    finite = all(math.isfinite(v) for v in vals[:n_sums + (1 if positive is not None else 0)])
-    if not finite or (positive is not None and not vals[n_sums + 1] > 0):
-        raise FilterStepError(
-            "The filter step produced non-finite values or non-positive variances; "
-            "the last good belief is kept. Try a smaller prior_variance or a larger obs_variance."
-        )
+    failure, _ = sync_step(values, positive, info, what=what)
+    if failure is not None:
+        raise failure
 
 
 def cholesky_or_raise(S: torch.Tensor, what: str = "innovation covariance") -> torch.Tensor:
@@ -231,6 +253,134 @@ def cholesky_or_raise(S: torch.Tensor, what: str = "innovation covariance") -> t
     if int(info.max()) if info.dim() else int(info):
         raise FilterStepError(f"The {what} is not positive definite (the belief is degenerate).")
     return L
+
+
+# -- numerically safe forms (spec/diagonal-ekf.md §6 P2) -------------------------------------------
+#
+# An update with whitened rows ``h`` and unit noise shrinks the variance along ``h`` by the factor
+# ``1/(1 + a)``, ``a = h Σ hᵀ``. The plain forms (``Σ − VVᵀ``, ``v − colsum(Z²)``, Cholesky of a Gram
+# matrix ``I + GGᵀ``, Woodbury ``Υ⁻¹ − …``) compute that factor as a difference of numbers of size
+# ``1`` and lose about ``log10(a)`` digits: past ``a ≈ 1/eps`` the result has no correct digit and
+# may be negative — a covariance that is no longer positive definite, a failed Cholesky factor, a
+# negative variance. A row whose ``a`` exceeds :func:`stiffness_limit` is *stiff*; the structures keep
+# their plain (fast) forms below it, where at most half the digits are lost, and switch to forms
+# without the cancellation above it:
+#
+# * factor forms (diagonal, LoFi, the innovation covariance of a batch): the factor of ``I + GGᵀ``
+#   from a QR decomposition of the stacked ``[Gᵀ; I]`` (:func:`identity_plus_gram_factor`), whose
+#   singular values are all ≥ 1, so the factor is exact for a perturbation of ``G`` of relative size
+#   ``eps`` instead of one of ``GGᵀ``; excluded sums of positive terms instead of differences;
+# * the dense covariance (:class:`~skfilter.posteriors.FullCovariance`), which no algorithm can hold
+#   more accurately than its rounding: the update never shrinks a direction below the resolution of
+#   the matrix (:func:`resolution_floored_innovation`).
+
+
+@functools.lru_cache(maxsize=None)
+def stiffness_limit(dtype) -> float:
+    """``eps^(-1/2)`` of ``dtype`` (a torch or NumPy dtype; ``6.7e7`` for float64, ``2.9e3`` for
+    float32): the largest whitened quadratic form ``a = h Σ hᵀ`` (or trace of ``H Σ Hᵀ`` for a batch
+    of rows) for which the plain update forms keep at least half of the digits (notes above)."""
+    eps = torch.finfo(dtype).eps if isinstance(dtype, torch.dtype) else np.finfo(dtype).eps
+    return float(eps) ** -0.5
+
+
+def identity_plus_gram_factor(G: torch.Tensor, with_q: bool = False):
+    """Lower-triangular ``C`` with positive diagonal and ``C Cᵀ = I + G Gᵀ``, for rows ``G (..., k, n)``.
+
+    By the QR decomposition of the stacked ``A = [Gᵀ; I_k] = Q R`` (``(n + k) × k``): ``AᵀA = I + GGᵀ
+    = RᵀR``, ``C = Rᵀ`` (rows of ``R`` signed to a positive diagonal). ``A`` has full column rank with
+    all singular values ≥ 1, so Householder QR is backward stable on ``A`` itself: ``C`` is the exact
+    factor for ``G`` perturbed by ``eps`` relative to its columns — a square-root form, with none of
+    the Gram matrix's ``eps · ‖G‖²`` error that makes its Cholesky factorisation fail when ``‖G‖² ≳
+    1/eps``. Costs ``O(n k²)``, a small multiple of forming ``GGᵀ``.
+
+    With ``with_q`` returns ``(C, Q)``, ``Q (..., n + k, k)`` with orthonormal columns (signed like
+    ``C``): its top block is ``Gᵀ C⁻ᵀ`` and its bottom block ``C⁻ᵀ``, so products with
+    ``(I + GᵀG)⁻¹ = C⁻ᵀC⁻¹`` can be taken from ``Q`` without a triangular solve.
+    """
+    k = G.shape[-2]
+    eye = torch.eye(k, dtype=G.dtype, device=G.device).expand(*G.shape[:-2], k, k)
+    A = torch.cat([G.mT, eye], dim=-2)
+    if with_q:
+        Q, R = torch.linalg.qr(A, mode="reduced")
+    else:
+        R = torch.linalg.qr(A, mode="r").R
+    sign = torch.where(R.diagonal(dim1=-2, dim2=-1) < 0, -1.0, 1.0).to(R.dtype)
+    C = (R * sign[..., :, None]).mT
+    return (C, Q * sign[..., None, :]) if with_q else C
+
+
+def psd_factor(S: torch.Tensor, floor: float = 1.0) -> torch.Tensor:
+    """Lower-triangular ``C`` with ``C Cᵀ = S`` for a symmetric ``S (..., m, m)`` known to satisfy
+    ``S ⪰ floor · I`` in exact arithmetic (an innovation covariance ``I + Σ_b H_b Σ_b H_bᵀ`` formed
+    from dense covariances, whose rounding may leave it indefinite).
+
+    Cholesky; where that fails, the symmetric square root ``U diag(√λ)`` of the eigendecomposition
+    with the eigenvalues raised to ``floor`` (the known bound, so only rounding is changed), made
+    triangular by a QR decomposition of its transpose (``U diag(√λ) = RᵀQᵀ``: ``C = Rᵀ``). Raises
+    :class:`FilterStepError` for non-finite ``S``. One host synchronisation.
+    """
+    L, info = torch.linalg.cholesky_ex(S)
+    if not (int(info.max()) if info.dim() else int(info)):
+        return L
+    if not bool(torch.isfinite(S).all()):
+        raise FilterStepError("The innovation covariance is not finite (the belief is degenerate).")
+    lam, U = torch.linalg.eigh(0.5 * (S + S.mT))
+    root = U * lam.clamp_min(floor).sqrt()[..., None, :]
+    R = torch.linalg.qr(root.mT, mode="r").R
+    sign = torch.where(R.diagonal(dim1=-2, dim2=-1) < 0, -1.0, 1.0).to(R.dtype)
+    return (R * sign[..., :, None]).mT
+
+
+def merge_hypotheses(keep, plain, safe):
+    """Per hypothesis, the belief ``plain`` where ``keep`` (a bool tensor of the hypotheses axes) and
+    ``safe`` elsewhere: a stack whose step needed the stiff forms for some hypotheses keeps, for the
+    others, the plain result each would get alone (their update never depends on the rest of the
+    stack). Non-tensor fields are taken from ``safe``."""
+    def pick(p, s):
+        if not isinstance(p, torch.Tensor):
+            return s
+        return torch.where(keep.reshape(keep.shape + (1,) * (p.dim() - keep.dim())), p, s)
+    return type(safe)(*[pick(p, s) for p, s in zip(plain, safe)])
+
+
+def resolution_floored_innovation(a: torch.Tensor, scale: torch.Tensor, eps: float, exact_scale=None):
+    """The innovation variance ``S`` of a dense-covariance update ``Σ' = Σ − uuᵀ/S``, ``u = Σhᵀ``,
+    ``a = h Σ hᵀ`` (whitened, unit noise; all shapes ``(...)``), and the fraction ``ρ = 1 − a/S`` of
+    the variance along ``h`` that it keeps. Returns ``(S, ρ)``.
+
+    Exact arithmetic uses ``S = 1 + a``, ``ρ = 1/(1 + a)``. A ``P × P`` matrix stored with relative
+    rounding ``eps`` does not resolve a quadratic form along ``h`` below ``eps·|h|ᵀ|Σ||h|``: shrinking
+    below it leaves a random sign along ``h``, and a direction of negative variance is amplified by
+    every later update (``σ' = σ/(1 + σh²)``) until a step fails. The fraction kept is therefore
+    floored at ``ρ_min = κ·eps·|h|ᵀ|Σ||h|/a`` (``κ = 16``, a margin for the rounding of ``u`` and of
+    the stored entries)::
+
+        S = max(1 + a, a / (1 − ρ_min)),   ρ = max(1/(1 + a), ρ_min)     (0 < ρ_min < 1)
+        S = ∞ (no update),                 ρ = 1                          (ρ_min ≥ 1 or a ≤ 0)
+
+    — the exact update with the observation noise raised to what the matrix can represent. It is
+    still a Kalman update, so ``Σ'`` is positive semi-definite, ``Σ' ⪯ Σ`` (no variance grows
+    anywhere) and ``Σ' ⪰ ρ Σ``; wherever ``ρ_min ≤ 1/(1 + a)`` it is the exact update.
+
+    ``scale`` is ``|h|ᵀ|Σ||h|`` or an upper bound of it; ``exact_scale``, if given, a callable
+    returning the exact value, called (once) only where the bound would floor or skip the update.
+    """
+    exact = 1.0 + a
+    tiny = torch.finfo(a.dtype).tiny
+    rho_min = _FLOOR_MARGIN * eps * scale / a.clamp_min(tiny)
+    floored = rho_min * exact > 1.0
+    if exact_scale is not None and bool(floored.any()):
+        rho_min = _FLOOR_MARGIN * eps * torch.minimum(scale, exact_scale()) / a.clamp_min(tiny)
+        floored = rho_min * exact > 1.0
+    S = torch.where(floored, a / (1.0 - rho_min), exact)
+    rho = torch.where(floored, rho_min, 1.0 / exact)
+    skip = (rho_min >= 1.0) | ~(a > 0)
+    return torch.where(skip, torch.full_like(S, math.inf), S), torch.where(skip, torch.ones_like(rho), rho)
+
+
+#: κ of :func:`resolution_floored_innovation`
+_FLOOR_MARGIN = 16.0
 
 
 def as_variance_vector(prior_variance, like: torch.Tensor) -> torch.Tensor:

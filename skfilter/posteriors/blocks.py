@@ -17,7 +17,12 @@ noise. In whitened units (``R = I``), with ``H_b`` the columns of ``Hw`` of bloc
 all from the same predicted belief. For a full block this is exactly DEKF's
 ``K_b = Σ_b H_bᵀ S⁻¹``, ``Σ_b' = Σ_b − K_b S K_bᵀ`` (the marginal block of the exact posterior); for
 LoFi or diagonal blocks it is that block's projection of it. With a single block ``N = I`` and the
-composite is its block's structure. **Sparse updates**: a block whose rows are all zero (the row does
+composite is its block's structure. ``N_b`` is summed over the other blocks directly (never
+``S − Q_b``, which cancels when block ``b`` dominates the row) and factored by
+:func:`~skfilter.posteriors._base.psd_factor` (Cholesky, or the eigenvalues raised to the bound
+``N_b ⪰ I`` where the rounding of a stiff row left them below); each block's own update is
+numerically safe (spec/diagonal-ekf.md §6 P2), and the blocks' covariances only shrink, so no
+predictive variance grows. **Sparse updates**: a block whose rows are all zero (the row does
 not involve it) is left as it is, exactly; the engine passes the blocks a row activates
 (``active``) when the model adapter knows them, and the other blocks cost nothing.
 """
@@ -28,7 +33,7 @@ from typing import NamedTuple
 
 import torch
 
-from ._base import Structure, UpdateInfo, check_step
+from ._base import Structure, UpdateInfo, psd_factor
 
 
 class BlockBelief(NamedTuple):
@@ -117,14 +122,12 @@ class BlockDiagonal(Structure):
         Q = {i: self.structures[i].quadratic_form(belief.blocks[i], H[i].unsqueeze(-3)).squeeze(-3)
              for i in chosen}
         eye = torch.eye(m, dtype=Hw.dtype, device=Hw.device)
-        S = eye + sum(Q.values())
         blocks = list(belief.blocks)
         for i in chosen:
             if len(chosen) == 1:
                 Hb, eb = H[i], ew
-            else:
-                Cb, info = torch.linalg.cholesky_ex(S - Q[i])
-                check_step([Cb], info=info, what="block noise covariance")
+            else:  # N_b = I + Σ_{c≠b} Q_c summed directly: S − Q_b cancels when Q_b dominates
+                Cb = psd_factor(eye + sum(Q[c] for c in chosen if c != i))
                 Hb = torch.linalg.solve_triangular(Cb, H[i], upper=False)
                 eb = torch.linalg.solve_triangular(Cb, ew.unsqueeze(-1), upper=False)[..., 0]
             spare = None if workspace is None else workspace.blocks[i]
@@ -133,8 +136,7 @@ class BlockDiagonal(Structure):
         mean = self._assemble([b.mean for b in blocks], belief.mean)
 
         def factor():
-            C, info = torch.linalg.cholesky_ex(S)
-            return C, ew
+            return psd_factor(eye + sum(Q.values())), ew
 
         return BlockBelief(mean, blocks), UpdateInfo(factor)
 

@@ -6,7 +6,8 @@ from typing import NamedTuple
 
 import torch
 
-from ._base import Structure, UpdateInfo, as_variance_vector, check_step
+from ._base import (Structure, UpdateInfo, as_variance_vector, check_step, identity_plus_gram_factor,
+                    merge_hypotheses, stiffness_limit, sync_step)
 
 
 class DiagonalBelief(NamedTuple):
@@ -20,10 +21,12 @@ def _as_matrix(C):
     return C.reshape(1, 1) if C.dim() == 0 else C
 
 
-def _innovation(Hw, v, ew):
-    """Whitened innovation factor: ``(C, Z, s)`` with ``S = I + Hw diag(v) Hwᵀ = C Cᵀ`` and
+def _innovation(Hw, v, ew, stiff=False):
+    """Whitened innovation factor: ``(C, Z, info)`` with ``S = I + Hw diag(v) Hwᵀ = C Cᵀ`` and
     ``Z = C⁻¹ Hw diag(v)``; ``m = 1`` without factorisation (``info`` None; for one belief ``C`` is
-    then the scalar ``√S``)."""
+    then the scalar ``√S``). With ``stiff`` (``m > 1``), ``C`` comes from the QR form
+    :func:`~skfilter.posteriors._base.identity_plus_gram_factor` of ``G = Hw diag(√v)`` instead of
+    the Cholesky factor of the Gram matrix (``info`` None)."""
     if Hw.dim() == 2 and Hw.shape[0] == 1:  # one belief, one row: fewest operations
         HV = Hw * v
         s = torch.dot(HV[0], Hw[0]).add_(1.0).sqrt_()
@@ -33,10 +36,45 @@ def _innovation(Hw, v, ew):
         s = ((HV[..., 0, :] * Hw[..., 0, :]).sum(-1) + 1.0).sqrt()
         C = s[..., None, None]
         return C, HV / C, None
-    S = HV @ Hw.mT
-    S.diagonal(dim1=-2, dim2=-1).add_(1.0)
-    C, info = torch.linalg.cholesky_ex(S)
+    if stiff:
+        C, info = identity_plus_gram_factor(Hw * v.sqrt()[..., None, :]), None
+    else:
+        S = HV @ Hw.mT
+        S.diagonal(dim1=-2, dim2=-1).add_(1.0)
+        C, info = torch.linalg.cholesky_ex(S)
     return C, torch.linalg.solve_triangular(C, HV, upper=False), info
+
+
+def _excluded_fd_variance(Hw, v, new_var, Z):
+    """FD variances without cancellation for the coordinates an observation pins.
+
+    ``v' = v − colsum(Z²)`` computes ``v_i (1 − q_i)``, ``q_i = v_i h_iᵀ S⁻¹ h_i``, as a difference that
+    loses all digits when ``q_i → 1`` (one parameter explains a stiff row: a negative or zero
+    variance, spec/diagonal-ekf.md §6 P2). With ``S_{−i} = I + Σ_{j≠i} v_j h_j h_jᵀ`` (``h_j`` the
+    column ``j`` of ``Hw``), Sherman–Morrison gives the same value as a sum of positive terms,
+
+        v'_i = v_i / (1 + v_i h_iᵀ S_{−i}⁻¹ h_i),
+
+    with ``S_{−i}`` formed without column ``i`` (never as ``S − v_i h_i h_iᵀ``) and factored by
+    :func:`~skfilter.posteriors._base.identity_plus_gram_factor`; for one row it is
+    ``v_i S_{−i} / S``. Used where ``q_i > 1/2`` — fewer than ``2m`` coordinates, since
+    ``Σ_i q_i = tr(I − S⁻¹) < m`` — elsewhere the difference loses less than one bit. Returns the
+    corrected variances (a new tensor)."""
+    q = (Z * Z).sum(-2) / v
+    pinned = (q > 0.5).nonzero().tolist()
+    if not pinned:
+        return new_var
+    out = new_var.clone()
+    G = Hw * v.sqrt()[..., None, :]
+    for index in pinned:
+        *b, i = index
+        Gb = G[tuple(b)]
+        g = Gb[:, i].clone()
+        rest = Gb.clone()
+        rest[:, i] = 0.0
+        y = torch.linalg.solve_triangular(identity_plus_gram_factor(rest), g[:, None], upper=False)
+        out[tuple(index)] = v[tuple(index)] / (1.0 + (y * y).sum())
+    return out
 
 
 class DiagonalCovariance(Structure):
@@ -55,6 +93,16 @@ class DiagonalCovariance(Structure):
       spec/lofi.md eq. 49; see spec/diagonal-ekf.md §6 A1).
 
     Costs ``O(P m² + m³)`` per step.
+
+    **Stiff rows** (spec/diagonal-ekf.md §6 P2; :func:`~skfilter.posteriors._base.stiffness_limit`).
+    VD's ``v'`` adds precisions and never cancels. FD's ``v − colsum(Z²)`` is a difference that
+    loses every digit for a parameter that alone explains a row with ``h² v ≳ 1/eps`` (a row of
+    ``1e8`` with noise ``1e-2``): zero or negative variances, a failed step. The step checks, in its
+    one host synchronisation, ``a = Hw diag(v) Hwᵀ`` (its trace for ``m`` rows); past the limit, or
+    when the plain step fails its checks, it is redone with the innovation factor of a QR
+    decomposition (:func:`~skfilter.posteriors._base.identity_plus_gram_factor`; ``m > 1``) and FD's
+    pinned parameters by the cancellation-free :func:`_excluded_fd_variance`. Both projections
+    keep ``0 < v' ≤ v`` in floating point, so no predictive variance ``Σ_i x_i² v_i`` grows.
 
     Parameters
     ----------
@@ -96,10 +144,46 @@ class DiagonalCovariance(Structure):
         return DiagonalBelief(mean, var)
 
     def update(self, belief, Hw, ew, workspace=None):
+        mu, new_var, C, info = self._step(belief, Hw, ew, stiff=False)
+        values = [mu] + ([] if C is None else [C])
+        if C is None:  # VD with the paper's mean: no innovation, no cancellation
+            check_step(values, positive=new_var, info=info)
+
+            def factor():
+                return _as_matrix(_innovation(Hw, belief.var, ew)[0]), ew
+
+            return DiagonalBelief(mu, new_var), UpdateInfo(factor)
+        # stiffness (stiffness_limit): a = S − 1 of the scalar innovation(s), or for m rows the trace
+        # of Hw diag(v) Hwᵀ = ‖C‖²_F − m; past the limit, or on a failed check, the stiff forms
+        m = Hw.shape[-2]
+        if C.dim() == 0:  # a = C² − 1 on the host: no operation added to the scalar path
+            watch = (C,)
+        else:
+            trace = (C * C).sum((-2, -1))
+            watch = (trace.amax(),)
+        failure, watched = sync_step(values, positive=new_var, info=info, watch=watch)
+        limit = stiffness_limit(new_var.dtype)
+        if failure is None and (watched[0] ** 2 - 1.0 if C.dim() == 0 else watched[0] - m) <= limit:
+            return DiagonalBelief(mu, new_var), UpdateInfo(lambda: (_as_matrix(C), ew))
+        mu_s, var_s, C_s, _ = self._step(belief, Hw, ew, stiff=True)
+        check_step([mu_s, C_s], positive=var_s)
+        safe = DiagonalBelief(mu_s, var_s)
+        if mu.dim() > 1:  # a stack: the hypotheses whose plain step was fine keep it (as each would alone)
+            a = trace - m
+            keep = torch.isfinite(mu).all(-1) & (new_var > 0).all(-1) & torch.isfinite(new_var).all(-1) & (a <= limit)
+            if info is not None:
+                keep &= info == 0
+            safe = merge_hypotheses(keep, DiagonalBelief(mu, new_var), safe)
+            C_s = torch.where(keep[..., None, None], C, C_s)
+        return safe, UpdateInfo(lambda: (_as_matrix(C_s), ew))
+
+    def _step(self, belief, Hw, ew, stiff):
+        """The update's arithmetic: ``(μ', v', C, info)`` (``C``, ``info`` None for VD with the paper's
+        mean), in the plain or the stiff forms (class docstring), unchecked."""
         mu, v = belief
         C = info = None
         if self.projection == "fd" or self.vd_mean == "exact":
-            C, Z, info = _innovation(Hw, v, ew)
+            C, Z, info = _innovation(Hw, v, ew, stiff)
             if C.dim() == 0:  # the scalar path: C = √S
                 mu = mu + Z[0] * (ew[0] / C)
             elif Hw.shape[-2] == 1:
@@ -109,19 +193,14 @@ class DiagonalCovariance(Structure):
                 mu = mu + (Z.mT @ z)[..., 0]
         if self.projection == "fd":
             new_var = v - (Z * Z).sum(-2)
+            if stiff:
+                new_var = _excluded_fd_variance(Hw, v, new_var, Z)
         else:
             new_var = 1.0 / (1.0 / v + (Hw * Hw).sum(-2))
             if self.vd_mean == "paper":
                 Hte = Hw.T @ ew if Hw.dim() == 2 else (Hw.mT @ ew.unsqueeze(-1))[..., 0]
                 mu = mu + new_var * Hte
-        check_step([mu] + ([] if C is None else [C]), positive=new_var, info=info)
-        if C is None:
-            def factor():
-                return _as_matrix(_innovation(Hw, v, ew)[0]), ew
-        else:
-            def factor():
-                return _as_matrix(C), ew
-        return DiagonalBelief(mu, new_var), UpdateInfo(factor)
+        return mu, new_var, C, info
 
     def quadratic_form(self, belief, J):
         return (J * belief.var[..., None, None, :]) @ J.mT

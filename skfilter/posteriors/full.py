@@ -6,7 +6,11 @@ from typing import NamedTuple
 
 import torch
 
-from ._base import Structure, UpdateInfo, as_variance_vector, check_step
+from ._base import (Structure, UpdateInfo, as_variance_vector, merge_hypotheses, psd_factor,
+                    resolution_floored_innovation, stiffness_limit, sync_step)
+
+#: rows of ``|Σ|`` per chunk of :func:`_abs_quadratic` (bounds its temporary to ``512 × P``)
+_ABS_CHUNK = 512
 
 
 class FullBelief(NamedTuple):
@@ -23,6 +27,17 @@ def _add_diagonal(M, Q):
     return out
 
 
+def _abs_quadratic(cov, h):
+    """``|h|ᵀ |Σ| |h|`` (``cov (..., P, P)``, ``h (..., P)``), the rounding scale of ``h Σ hᵀ``,
+    by row chunks."""
+    ha = h.abs()
+    total = torch.zeros(h.shape[:-1], dtype=h.dtype, device=h.device)
+    for i in range(0, cov.shape[-1], _ABS_CHUNK):
+        block = cov[..., i:i + _ABS_CHUNK, :].abs()
+        total = total + ((block @ ha[..., :, None])[..., 0] * ha[..., i:i + _ABS_CHUNK]).sum(-1)
+    return total
+
+
 class FullCovariance(Structure):
     """Dense covariance ``Σ`` (``P × P``), updated in ``O(P² m)`` per step.
 
@@ -33,10 +48,32 @@ class FullCovariance(Structure):
         μ' = μ + V C⁻¹ ew                               (= μ + K e,  K = Σ Hᵀ S⁻¹)
         Σ' = Σ − V Vᵀ                                   (= Σ − K S Kᵀ)
 
-    ``V Vᵀ`` is symmetric positive semi-definite, so ``Σ'`` stays symmetric and (up to rounding)
-    PSD. A full PSD check would cost ``O(P³)``; the Cholesky factor of ``S``, the finiteness of
-    the mean and the sign of the new diagonal are checked instead. One observation row (``m = 1``)
-    takes a scalar path without factorisations. Transition: ``μ ← g μ + b``, ``Σ ← g² Σ + diag(Q)``.
+    ``V Vᵀ`` is symmetric positive semi-definite, so ``Σ'`` stays symmetric and, up to rounding,
+    PSD. One observation row (``m = 1``) takes a scalar path without factorisations.
+
+    **Stiff rows** (spec/diagonal-ekf.md §6 P2; :func:`~skfilter.posteriors._base.stiffness_limit`).
+    ``Σ − VVᵀ`` shrinks the variance along a row by ``1/(1 + a)``, ``a = h Σ hᵀ``, as a difference:
+    for ``a ≳ 1/eps`` (an input of ``1e8`` with noise variance ``1e-2``: ``a ≈ 1e18``) the variance
+    left along the row is below the rounding of the stored matrix, ``Σ'`` becomes indefinite, and a
+    later row along that direction finds ``1 + h Σ hᵀ < 0``. The step checks, in its one host
+    synchronisation, the trace of ``Hw Σ Hwᵀ`` (``a`` for one row); when it exceeds the stiffness
+    limit (or the plain step fails its checks) the update is redone row by row (sequential
+    conditioning on independent rows equals the batch update) with the innovation of
+    :func:`~skfilter.posteriors._base.resolution_floored_innovation`::
+
+        u = Σ hᵀ,   a = h u,   S = max(1 + a, a/(1 − ρ_min)),   ρ_min = κ·eps·|h|ᵀ|Σ||h| / a
+        μ' = μ + u ew/S,    Σ' = Σ − (u/√S)(u/√S)ᵀ,    diag(Σ') ≥ ρ diag(Σ)
+
+    — the Kalman update itself where the matrix resolves it, and otherwise the Kalman update with the
+    noise raised to the matrix's resolution, so ``Σ'`` stays PSD and ``Σ' ⪯ Σ``: no predictive
+    variance ``x Σ xᵀ`` grows. (A Joseph form ``(I − KH)Σ(I − KH)ᵀ + KKᵀ`` guards against errors
+    in ``K``, not against this cancellation; done densely it costs ``O(P³)`` and in ``O(P²)`` it
+    expands to the same rank-one difference.) ``|h|ᵀ|Σ||h|`` is bounded by ``(|h|·√diag Σ)²``
+    (Cauchy–Schwarz, ``O(P)``) and computed (``O(P²)``) only where that bound would floor.
+
+    A full PSD check would cost ``O(P³)``; the Cholesky factor of ``S``, the finiteness of the mean
+    and the sign of the new diagonal are checked instead. Transition: ``μ ← g μ + b``,
+    ``Σ ← g² Σ + diag(Q)``.
 
     Examples
     --------
@@ -78,18 +115,23 @@ class FullCovariance(Structure):
             C = s
             V = SH / s
             mu = mean + V[:, 0] * (ew[0] / s)
+            watch = (s,)
         elif m == 1:
             s = ((Hw[..., 0, :] * SH[..., :, 0]).sum(-1) + 1.0).sqrt()
             C = s[..., None, None]
             V = SH / C
             mu = mean + V[..., :, 0] * (ew[..., 0] / s)[..., None]
+            a = s * s - 1.0
+            watch = (a.amax(), a.amin())
         else:
             S = Hw @ SH
+            a = S.diagonal(dim1=-2, dim2=-1).sum(-1)  # the trace of Hw Σ Hwᵀ
             S.diagonal(dim1=-2, dim2=-1).add_(1.0)
             C, info = torch.linalg.cholesky_ex(S)
             V = torch.linalg.solve_triangular(C, SH.mT, upper=False).mT
             z = torch.linalg.solve_triangular(C, ew.unsqueeze(-1), upper=False)
             mu = mean + (V @ z)[..., 0]
+            watch = (a.amax(), a.amin())
         # Σ − V Vᵀ into the workspace's matrix when there is one (a fresh P × P allocation per step
         # makes the allocator return and re-fault pages: several times the cost of the update)
         out = None
@@ -106,8 +148,60 @@ class FullCovariance(Structure):
             new_cov = torch.baddbmm(cov, V, V.mT, alpha=-1.0)
         else:
             new_cov = cov - V @ V.mT
-        check_step([mu, C], positive=new_cov.diagonal(dim1=-2, dim2=-1), info=info)
-        return FullBelief(mu, new_cov), UpdateInfo(lambda: (C.reshape(1, 1) if C.dim() == 0 else C, ew))
+        new_diag = new_cov.diagonal(dim1=-2, dim2=-1)
+        failure, watched = sync_step([mu, C], positive=new_diag, info=info, watch=watch)
+        # stiffness: a = s² − 1 of the scalar innovation, or the trace of Hw Σ Hwᵀ (per hypothesis)
+        if len(watched) == 1:
+            high = low = watched[0] * watched[0] - 1.0
+        else:
+            high, low = watched
+        limit = stiffness_limit(cov.dtype)
+        if failure is None and 0.0 <= low and high <= limit:
+            return FullBelief(mu, new_cov), UpdateInfo(lambda: (C.reshape(1, 1) if C.dim() == 0 else C, ew))
+        safe, safe_info = self._update_floored(mean, cov, Hw, ew)
+        if mean.dim() == 1:
+            return safe, safe_info
+        # a stack: the hypotheses whose plain step was fine keep it (as each would alone)
+        keep = torch.isfinite(mu).all(-1) & (new_diag > 0).all(-1) & (a >= 0.0) & (a <= limit)
+        if info is not None:
+            keep &= info == 0
+        return merge_hypotheses(keep, FullBelief(mu, new_cov), safe), safe_info
+
+    def _update_floored(self, mean, cov, Hw, ew):
+        """The update row by row with :func:`resolution_floored_innovation` (class docstring): the
+        path of stiff rows. Raises :class:`FilterStepError` if the result is not finite."""
+        eps = float(torch.finfo(cov.dtype).eps)
+        prior_cov = cov
+        e = ew.clone()
+        m = Hw.shape[-2]
+        forms = []  # a and its rounding scale of every row: checked finite (an overflow is a failure)
+        for j in range(m):
+            h = Hw[..., j, :]
+            u = (cov @ h[..., :, None])[..., 0]
+            a = (h * u).sum(-1)
+            old_diag = cov.diagonal(dim1=-2, dim2=-1)
+            scale = (h.abs() * old_diag.clamp_min(0.0).sqrt()).sum(-1) ** 2  # ≥ |h|ᵀ|Σ||h| (Cauchy–Schwarz)
+            forms += [a, scale]
+            S, rho = resolution_floored_innovation(a, scale, eps, lambda: _abs_quadratic(cov, h))
+            V = u * S.rsqrt()[..., None]  # u/√S (0 where S = ∞)
+            gain = V * S.rsqrt()[..., None]
+            mean = mean + gain * e[..., j, None]
+            if j + 1 < m:  # the residuals of the later rows at the new mean
+                e[..., j + 1:] -= (Hw[..., j + 1:, :] @ gain[..., :, None])[..., 0] * e[..., j, None]
+            new_cov = cov - V[..., :, None] * V[..., None, :]
+            diag = new_cov.diagonal(dim1=-2, dim2=-1)
+            diag.copy_(torch.maximum(diag, rho[..., None] * old_diag))  # Σ' ⪰ ρ Σ (exact arithmetic)
+            cov = new_cov
+        failure, _ = sync_step([mean, torch.stack(forms)], positive=cov.diagonal(dim1=-2, dim2=-1))
+        if failure is not None:
+            raise failure
+
+        def factor():  # S = I + Hw Σ Hwᵀ of the predicted belief, raised to I where rounding left it below
+            S = Hw @ (prior_cov @ Hw.mT)
+            S.diagonal(dim1=-2, dim2=-1).add_(1.0)
+            return psd_factor(S), ew
+
+        return FullBelief(mean, cov), UpdateInfo(factor)
 
     def quadratic_form(self, belief, J):
         cov = belief.cov

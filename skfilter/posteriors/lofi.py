@@ -25,6 +25,17 @@ whitened pseudo-observation rows ``Hw``:
 
 With ``L = 0`` the structure is VD-EKF with the exact mean (eqs. 46–52); with ``L ≥ P`` (and no
 truncation ever happening) it is the full EKF.
+
+Numerical safety (spec/diagonal-ekf.md §6 P2; :func:`~skfilter.posteriors._base.stiffness_limit`).
+The belief is stored as precision factors, so ``Σ`` is positive definite whatever the rounding and
+an update only adds precision; what fails on stiff rows (whitened ``‖Υ^(-1/2) W̃‖² ≳ 1/eps``, rows
+of ``1e8`` with noise ``1e-2``) are the plain forms of the solves: the Cholesky factor of
+``I + W̃ᵀΥ⁻¹W̃``, the eigenvalues of ``W̃ᵀW̃`` that choose the truncation, the Woodbury differences of
+the mean and of ``J Σ Jᵀ``. Past the limit they are replaced by QR / SVD / sum-of-squares forms of
+the same quantities (:func:`lofi_update`, :func:`lowrank_quadratic_form`). Without truncation (``L ≥
+P``) no update then increases a predictive variance; a truncation moves precision between
+directions (the dropped part goes to the diagonal, eq. 39) and may increase the variance along some
+— an approximation of LoFi, not rounding.
 """
 
 from __future__ import annotations
@@ -37,7 +48,8 @@ import torch
 
 from .._array_ops import NUMPY_OPS, TORCH_OPS, as_numpy, as_tensor
 from ..exceptions import FilterStepError
-from ._base import Structure, UpdateInfo, as_variance_vector, cholesky_or_raise
+from ._base import (Structure, UpdateInfo, as_variance_vector, cholesky_or_raise, identity_plus_gram_factor,
+                    stiffness_limit)
 
 VARIANTS = ("diagonal", "spherical")
 SVD_METHODS = ("full", "orth")
@@ -62,6 +74,28 @@ class LowRankBelief(NamedTuple):
     n_steps: int
 
 
+def _torch(x):
+    """A torch view of a NumPy array (zero-copy) or the tensor itself."""
+    return torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else x
+
+
+def _backend(ops, t):
+    """``t`` (a tensor) as an array of the backend ``ops``."""
+    return t.numpy() if ops is NUMPY_OPS else t
+
+
+def _is_stiff(ops, square, n):
+    """Whether the trace of ``square = I_n + Gᵀ G`` (``(..., n, n)``, any hypothesis) minus ``n``
+    exceeds :func:`~skfilter.posteriors._base.stiffness_limit`: the plain Cholesky and Woodbury forms
+    of ``square`` then lose more than half of the digits (a host value; non-finite values take the
+    plain forms, whose checks report them)."""
+    if ops is NUMPY_OPS:  # a single system (no leading axes)
+        excess = float(square.trace()) - n
+    else:
+        excess = float(square.diagonal(dim1=-2, dim2=-1).sum(-1).amax()) - n
+    return math.isfinite(excess) and excess > stiffness_limit(square.dtype)
+
+
 def lofi_update(ops, mean, diagonal, low_rank, Hw, ew, variant="diagonal", truncate=True):
     """One LoFi update (Alg. 3 / Alg. 7) of the predicted belief ``N(μ⁻, (Υ⁻ + W⁻W⁻ᵀ)⁻¹)`` with the
     ``m`` whitened rows ``Hw (..., m, P)``, ``ew (..., m)``; ``low_rank = W⁻ᵀ (..., L, P)``; arrays of
@@ -81,6 +115,19 @@ def lofi_update(ops, mean, diagonal, low_rank, Hw, ew, variant="diagonal", trunc
       ``P × k`` SVD except at (near-)ties of singular values, where either is valid;
     * ``W = (ŨΛ̃)[:, :L]``; diagonal LoFi adds the dropped mass to ``Υ`` (eq. 39), spherical LoFi
       drops it (F.5.1).
+
+    **Stiff rows** (:func:`~skfilter.posteriors._base.stiffness_limit`): when the trace of
+    ``W̃ᵀ Υ⁻⁻¹ W̃`` exceeds ``eps^(-1/2)`` (inputs of ``1e8`` give ``1e18``) its Cholesky factorisation
+    loses the identity to rounding and fails, and the eigenvalues of ``W̃ᵀW̃`` below ``eps·‖W̃‖²``
+    are noise, so the truncation may drop a direction it should keep. The step then takes the
+    square-root forms: ``F`` from the QR decomposition of ``[Υ⁻^(-1/2) W̃; I]``
+    (:func:`~skfilter.posteriors._base.identity_plus_gram_factor`), the mean from its orthonormal
+    ``Q`` as the Kalman step ``μ = μ⁻ + Υ⁻^(-1/2) Q[:P, L:] C⁻¹ ew`` (``C = F[L:, L:]``, the factor of
+    ``S_w``; the same vector as eq. 36 since ``Υ⁻^(-1/2) W̃ R⁻¹ = Q[:P]`` and ``R⁻ᵀ[0; ew] = [0;
+    C⁻¹ew]``, without its difference of nearly equal terms and the squared condition of ``G``), and
+    ``Ṽ`` from the SVD of ``W̃ᵀ`` itself (singular values resolved to ``eps·‖W̃‖``, not
+    ``eps·‖W̃‖²``). These are the same quantities as the plain forms'; the belief's form —
+    precision factors, ``Υ > 0`` — keeps ``Σ`` positive definite whatever the rounding.
 
     The Cholesky factor ``F`` of ``I + W̃ᵀ Υ⁻⁻¹ W̃ = [[M, B], [Bᵀ, D]]`` also gives the innovation:
     its trailing ``m × m`` block is the Cholesky factor of the Schur complement
@@ -114,14 +161,25 @@ def lofi_update(ops, mean, diagonal, low_rank, Hw, ew, variant="diagonal", trunc
     elif truncate:  # spherical: W̃ᵀ W̃ = η W̃ᵀ Υ⁻¹ W̃
         gram = inner * diagonal[..., None]
     system = inner + ops.eye(k, like=Hw)
-    sol, ok, factor = ops.spd_solve(system, rhs, "LoFi update system")
-    coef = -sol
-    coef[..., L:, 0] += ew
-    mean = mean + (scaled_t.swapaxes(-1, -2) @ coef)[..., 0]
+    stiff = _is_stiff(ops, system, k)
+    if stiff:  # square-root form: [Υ^(-1/2) W̃; I] = Q R, F = Rᵀ; the mean by the gain Υ^(-1/2) Q[:P, L:]
+        root = _torch(1.0 / diagonal).sqrt()
+        F, Q = identity_plus_gram_factor(_torch(factors_t) * root[..., None, :], with_q=True)
+        z = torch.linalg.solve_triangular(F[..., L:, L:], _torch(ew)[..., None], upper=False)  # C⁻¹ ew
+        mean = mean + _backend(ops, root * (Q[..., :P, L:] @ z)[..., 0])
+        ok, factor = (0 if ops is NUMPY_OPS else torch.zeros((), dtype=torch.int32)), _backend(ops, F)
+    else:
+        sol, ok, factor = ops.spd_solve(system, rhs, "LoFi update system")
+        coef = -sol
+        coef[..., L:, 0] += ew
+        mean = mean + (scaled_t.swapaxes(-1, -2) @ coef)[..., 0]
     if not truncate:
         ops.check_finite([mean], ok, "LoFi update system")
         return mean, None, None, factor
-    V = ops.eigh_descending(gram, "LoFi truncation (eigh of W̃ᵀW̃)")
+    if stiff:  # the left singular vectors of W̃ᵀ: the eigenvectors of W̃ᵀW̃ without squaring it
+        V = _backend(ops, torch.linalg.svd(_torch(factors_t), full_matrices=k > P).U)  # U: k × k
+    else:
+        V = ops.eigh_descending(gram, "LoFi truncation (eigh of W̃ᵀW̃)")
     rotated = V.swapaxes(-1, -2) @ factors_t  # (Ũ Λ̃)ᵀ
     new_low_rank = rotated[..., :L, :]
     if variant == "diagonal":
@@ -137,17 +195,37 @@ def lowrank_quadratic_form(ops, J, diagonal, low_rank):
     """``J Σ Jᵀ`` (``(..., n, C, C)``) for ``Σ = (Υ + W Wᵀ)⁻¹``, ``J (..., n, C, P)``,
     ``low_rank = Wᵀ (..., L, P)``, by Woodbury (B.1, eq. 61): ``J Υ⁻¹ Jᵀ − A M⁻¹ Aᵀ`` with
     ``A = J Υ⁻¹ W``, ``M = I + Wᵀ Υ⁻¹ W`` (Cholesky). Returns ``(quad, ok)`` (``ok`` None when
-    ``L = 0``), arrays of the backend ``ops``."""
+    ``L = 0``), arrays of the backend ``ops``.
+
+    The difference cancels where ``J`` lies in the span of large-precision directions; when ``M`` is
+    stiff (:func:`_is_stiff`) the same quantity is computed as a sum of squares, with ``Z = M⁻¹ Aᵀ``::
+
+        J Σ Jᵀ = (J − Zᵀ Wᵀ) Υ⁻¹ (J − Zᵀ Wᵀ)ᵀ + Zᵀ Z
+
+    (expand and use ``Wᵀ Υ⁻¹ Jᵀ = M Z``), taken from the orthonormal ``Q`` of the QR decomposition
+    ``[Υ^(-1/2) W; I] = Q R`` (:func:`~skfilter.posteriors._base.identity_plus_gram_factor`): with
+    ``J̄ = J Υ^(-1/2)`` and ``y = Q_topᵀ J̄ᵀ``, ``Υ^(-1/2)(Jᵀ − W Z) = J̄ᵀ − Q_top y`` and
+    ``Z = Q_bot y``. Never negative, and accurate to the rounding of ``J`` and ``W`` rather than
+    of ``J Υ⁻¹ Jᵀ``."""
     *batch, n, C, P = J.shape
     inv_diag = 1.0 / diagonal
     JU = J * inv_diag[..., None, None, :]  # J Υ⁻¹
-    quad = JU @ J.swapaxes(-1, -2)
     L = low_rank.shape[-2]
     if L == 0:
-        return quad, None
+        return JU @ J.swapaxes(-1, -2), None
     scaled_t = low_rank * inv_diag[..., None, :]
     M = low_rank @ scaled_t.swapaxes(-1, -2) + ops.eye(L, like=low_rank)
     A = JU.reshape(*batch, n * C, P) @ low_rank.swapaxes(-1, -2)  # (J Υ⁻¹ W), (nC, L)
+    if _is_stiff(ops, M, L):
+        root = _torch(inv_diag).sqrt()
+        Jr = (_torch(J) * root[..., None, None, :]).reshape(*batch, n * C, P)  # J Υ^(-1/2)
+        _, Q = identity_plus_gram_factor(_torch(low_rank) * root[..., None, :], with_q=True)
+        y = Jr @ Q[..., :P, :]  # (Q_topᵀ Jrᵀ)ᵀ, (nC, L)
+        resid = (Jr - y @ Q[..., :P, :].swapaxes(-1, -2)).reshape(*batch, n, C, P)
+        Z = (y @ Q[..., P:, :].swapaxes(-1, -2)).reshape(*batch, n, C, L)  # (M⁻¹Aᵀ)ᵀ = (Q_bot y)ᵀ
+        quad = resid @ resid.swapaxes(-1, -2) + Z @ Z.swapaxes(-1, -2)
+        return _backend(ops, quad), (0 if ops is NUMPY_OPS else torch.zeros((), dtype=torch.int32))
+    quad = JU @ J.swapaxes(-1, -2)
     X, ok, _ = ops.spd_solve(M, A.swapaxes(-1, -2), "LoFi low-rank system")  # M⁻¹ Aᵀ, (L, nC)
     correction = A.reshape(*batch, n, C, L) @ X.swapaxes(-1, -2).reshape(*batch, n, C, L).swapaxes(-1, -2)
     return quad - correction, ok
@@ -159,7 +237,8 @@ def capacitance_factor(inv_diagonal, low_rank):
     ``inv_diagonal`` is ``Υ⁻¹`` (``(..., P)``, or ``(..., 1)`` for spherical ``Υ = η I``) and
     ``low_rank`` is ``Wᵀ`` (``(..., L, P)``, ``L ≥ 1``). Returns ``(UWT, Lc)``: the scaled factor
     ``UWT = (Υ⁻¹ W)ᵀ`` (``(..., L, P)``) and the lower Cholesky factor ``Lc`` (``(..., L, L)``) of
-    ``M = I_L + Wᵀ Υ⁻¹ W``, so that ``Σ = Υ⁻¹ − UWTᵀ M⁻¹ UWT``. Raises
+    ``M = I_L + Wᵀ Υ⁻¹ W``, so that ``Σ = Υ⁻¹ − UWTᵀ M⁻¹ UWT`` (for a stiff ``M``, :func:`_is_stiff`,
+    from the QR form of :func:`~skfilter.posteriors._base.identity_plus_gram_factor`). Raises
     :class:`~skfilter.exceptions.FilterStepError` if ``M`` is not positive definite.
 
     Used by the torch-side solves, marginal variances and samples of :class:`LowRankPrecision`;
@@ -169,6 +248,8 @@ def capacitance_factor(inv_diagonal, low_rank):
     UWT = low_rank * inv_diagonal[..., None, :]
     M = low_rank @ UWT.mT
     M.diagonal(dim1=-2, dim2=-1).add_(1.0)
+    if _is_stiff(TORCH_OPS, M, M.shape[-1]):  # the square-root form (see lofi_update)
+        return UWT, identity_plus_gram_factor(low_rank * inv_diagonal.sqrt()[..., None, :])
     return UWT, cholesky_or_raise(M, "LoFi low-rank system")
 
 
@@ -403,13 +484,18 @@ class LowRankPrecision(Structure):
         return ups.expand(belief.mean.shape) if ups.shape[-1] == 1 else ups
 
     def marginal_variance(self, belief):
-        ui = 1.0 / self._diagonal_vector(belief)
+        """``diag(Σ) = Υ⁻¹ − colsum((Lc⁻¹ UWT)²)`` (Woodbury, :func:`capacitance_factor`), kept within
+        its exact bounds ``1/(Υ + rowsum(W²))_i ≤ Σ_ii ≤ 1/Υ_i`` (``Σ_ii ≥ 1/(Σ⁻¹)_ii`` for any SPD
+        matrix, and ``Σ⁻¹ ⪰ Υ``): the difference cancels for a parameter pinned by a stiff row, and the
+        lower bound is then its value to first order."""
+        ups = self._diagonal_vector(belief)
+        ui = 1.0 / ups
         WT = belief.low_rank
         if WT.shape[-2] == 0:
             return ui.clone()
         UWT, Lc = capacitance_factor(ui, WT)
         A = torch.linalg.solve_triangular(Lc, UWT, upper=False)
-        return ui - (A * A).sum(-2)
+        return torch.minimum(torch.maximum(ui - (A * A).sum(-2), 1.0 / (ups + (WT * WT).sum(-2))), ui)
 
     def precision(self, belief):
         """Dense ``Υ + W Wᵀ`` (tests and small models)."""
