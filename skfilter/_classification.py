@@ -42,6 +42,9 @@ class FilterClassifierMixin(ProbabilisticClassifierMixin, ClassifierMixin):
     def _y_validation_kwargs(self):
         return {}
 
+    def _fast_targets_ok(self, y) -> bool:
+        return y.ndim == 1 and (y.dtype.kind in "iubU" or (y.dtype.kind == "f" and bool(np.isfinite(y).all())))
+
     def _encode_targets(self, y, first, classes=None):
         return encode_class_labels(self, y, first, classes)
 

@@ -156,8 +156,13 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
     def _validate_X(self, X, reset):
         """``X`` checked as scikit-learn does, and (fitted estimators) against the magnitude bound of
         the estimator's dtype (:meth:`_check_data_magnitude`)."""
-        X = validate_data(self, X, reset=reset, accept_sparse=False, dtype=[np.float64, np.float32],
-                          ensure_all_finite=True)
+        fast = None
+        if not reset and type(X) is np.ndarray and not hasattr(self, "feature_names_in_") \
+                and X.ndim == 2 and X.dtype in (np.float64, np.float32) and X.shape[0] > 0 \
+                and X.shape[1] == getattr(self, "n_features_in_", -1) and np.isfinite(X).all():
+            fast = X  # what validate_data would return (see _validate_fast)
+        X = fast if fast is not None else validate_data(self, X, reset=reset, accept_sparse=False,
+                                                         dtype=[np.float64, np.float32], ensure_all_finite=True)
         if not reset and hasattr(self, "_dtype"):
             self._check_data_magnitude(self._dtype, X=X)
         return X
@@ -230,7 +235,6 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
         prior = self._structure.prior(mean0, var0)
         noise = self._initial_noise(adapter.n_outputs, cfg, Y, weights)
         self.n_params_ = adapter.n_params
-        self.module_ = adapter.module
         self._structural_values = {k: getattr(self, k) for k in self._structural_param_names()}
         self.filter_state_ = FilterState(prior, noise, 0)
 
@@ -270,7 +274,6 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
                     raise
                 self.filter_state_ = state  # one assignment: the new state is installed whole
         finally:
-            self._adapter.write_to_module(self.filter_state_.belief.mean)
             if bar is not None:
                 bar.close()
         return out
@@ -292,9 +295,13 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
             if not first:
                 check_is_fitted(self)
                 check_structural_params_unchanged(self, self._structural_values)
-            X, y = validate_data(self, X, y, reset=first, accept_sparse=False,
-                                 dtype=[np.float64, np.float32], ensure_all_finite=True,
-                                 **self._y_validation_kwargs())
+            fast = None if first else self._validate_fast(X, y)
+            if fast is None:
+                X, y = validate_data(self, X, y, reset=first, accept_sparse=False,
+                                     dtype=[np.float64, np.float32], ensure_all_finite=True,
+                                     **self._y_validation_kwargs())
+            else:
+                X, y = fast
             if X.shape[0] == 0:
                 raise ValueError("Found array with 0 sample(s) while a minimum of 1 is required.")
             w = self._validate_weights(sample_weight, X)
@@ -311,10 +318,41 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
         self._dynamics = self._make_dynamics(cfg)
         return X, Y, w, cfg
 
+    def _validate_fast(self, X, y):
+        """``(X, y)`` when a fitted estimator gets plain NumPy rows that scikit-learn's
+        ``validate_data`` would pass unchanged — 2-d float64/float32 ``X`` with the fitted number of
+        features, all finite, no feature names on either side, matching numeric targets — checked
+        here in a few microseconds; ``None`` for anything else (scikit-learn's path then validates,
+        converts, or raises its own error). A row-by-row streaming loop calls ``partial_fit``
+        once per row: scikit-learn's checks cost ~0.5 ms a call."""
+        if type(X) is not np.ndarray or type(y) is not np.ndarray or hasattr(self, "feature_names_in_"):
+            return None
+        if X.ndim != 2 or X.dtype not in (np.float64, np.float32) or X.shape[0] == 0:
+            return None
+        if X.shape[1] != self.n_features_in_ or y.shape[0] != X.shape[0] or not self._fast_targets_ok(y):
+            return None
+        if not np.isfinite(X).all():
+            return None
+        return X, y
+
+    def _fast_targets_ok(self, y) -> bool:
+        """Whether ``y`` needs none of scikit-learn's target validation (target mixins)."""
+        return False
+
+    @property
+    def module_(self):
+        """The network with the current posterior mean as its weights (for a run-length mixture,
+        the most probable hypothesis'); the weights are written on access."""
+        check_is_fitted(self)
+        state = self.filter_state_
+        mean = state.belief.mean
+        if state.log_weights is not None:
+            mean = mean[int(torch.argmax(state.log_weights))]
+        return self._adapter.write_to_module(mean)
+
     def _move(self, device, dtype):
         """Move a fitted estimator to another device/dtype (after ``set_params(device=...)``)."""
         self._adapter = make_adapter(self._adapter.module, device, dtype, self.n_features_in_)
-        self.module_ = self._adapter.module
         move = lambda v: v.to(device=device, dtype=dtype)  # noqa: E731
         belief, noise, n_seen, log_weights = self.filter_state_
         noise = None if noise is None else {k: move(v) for k, v in noise.items()}

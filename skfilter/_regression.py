@@ -101,6 +101,9 @@ class FilterRegressorMixin(RegressorMixin):
     def _y_validation_kwargs(self):
         return {"multi_output": True, "y_numeric": True}
 
+    def _fast_targets_ok(self, y) -> bool:
+        return y.ndim in (1, 2) and y.dtype.kind in "fiu" and bool(np.isfinite(y).all())
+
     def _encode_targets(self, y, first, classes=None):
         # numbers only: None / non-numeric objects / NaN are a ValueError before anything is learned
         Y = regression_target_matrix(self, y, first)

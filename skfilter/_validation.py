@@ -203,6 +203,10 @@ def regression_target_matrix(est, y, first) -> np.ndarray:
     return y.reshape(y.shape[0], width)
 
 
+#: ``{class: parameter names}`` (:meth:`PrefixedParamsMixin._get_param_names`)
+_PARAM_NAMES: dict = {}
+
+
 class PrefixedParamsMixin:
     """skorch's parameter convention for scikit-learn estimators.
 
@@ -221,6 +225,15 @@ class PrefixedParamsMixin:
     """
 
     _param_prefixes: tuple = ("module__",)
+
+    @classmethod
+    def _get_param_names(cls):
+        """scikit-learn's parameter names of ``__init__``, computed once per class (scikit-learn
+        inspects the signature at every call; ``fit`` and ``partial_fit`` ask at every call)."""
+        names = _PARAM_NAMES.get(cls)
+        if names is None:
+            names = _PARAM_NAMES[cls] = super()._get_param_names()
+        return names
 
     @classmethod
     def _catch_all_name(cls):

@@ -116,7 +116,6 @@ class _BOCDMeta(FilterMetaEstimator):
 
     def _install(self, base, inner, state: RunLengthState, prior_noise):
         inner.filter_state_ = state.filter  # the base's predictive is the mixture's
-        inner._adapter.write_to_module(state.filter.belief.mean[int(torch.argmax(state.filter.log_weights))])
         self.estimator_ = base
         self.runlength_state_ = state
         self._prior_noise = prior_noise

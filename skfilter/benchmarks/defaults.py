@@ -49,12 +49,13 @@ def load_dataset(name):
 
 
 def estimators(task, seed):
-    """``{name: unfitted estimator}`` with default parameters (``random_state`` only; the WoLF
-    meta-estimators' default base, LoFi, with its ``random_state`` set)."""
+    """``{name: unfitted estimator}`` with default parameters (``random_state`` only; the WoLF and
+    BOCD meta-estimators' default base, LoFi, with its ``random_state`` set)."""
     from sklearn.linear_model import BayesianRidge
     from sklearn.neural_network import MLPClassifier, MLPRegressor
 
-    from .. import EKFClassifier, EKFRegressor, LoFiClassifier, LoFiRegressor, WoLFClassifier, WoLFRegressor
+    from .. import (BOCDClassifier, BOCDRegressor, EKFClassifier, EKFRegressor, LoFiClassifier, LoFiRegressor,
+                    WoLFClassifier, WoLFRegressor)
 
     if task == "classification":
         return {
@@ -63,6 +64,7 @@ def estimators(task, seed):
             "EKFClassifier(fd)": EKFClassifier(covariance="fd", random_state=seed),
             "LoFiClassifier": LoFiClassifier(random_state=seed),
             "WoLFClassifier": WoLFClassifier(LoFiClassifier(random_state=seed)),
+            "BOCDClassifier": BOCDClassifier(LoFiClassifier(random_state=seed)),
             "MLPClassifier": MLPClassifier(random_state=seed),
         }
     return {
@@ -71,6 +73,7 @@ def estimators(task, seed):
         "EKFRegressor(fd)": EKFRegressor(covariance="fd", random_state=seed),
         "LoFiRegressor": LoFiRegressor(random_state=seed),
         "WoLFRegressor": WoLFRegressor(LoFiRegressor(random_state=seed)),
+        "BOCDRegressor": BOCDRegressor(LoFiRegressor(random_state=seed)),
         "MLPRegressor": MLPRegressor(random_state=seed),
         "BayesianRidge": BayesianRidge(),
     }
