@@ -29,6 +29,10 @@ Commands (one module each, registered in :data:`COMMANDS`):
     WoLF for online 1-D MLP regression with outliers, sorted and unsorted inputs (§4.7.3), with the
     predictive band as a figure.
 
+``wolf-labels`` (:mod:`skfilter.benchmarks.wolf_labels`)
+    WoLFClassifier against the plain filter on 2-D streams with flipped labels (random, far from the
+    boundary, class-conditional); held-out accuracy over seeds.
+
 A command module exposes ``HELP`` (one line), ``add_arguments(parser)`` and ``main(args)`` (``args``
 an :class:`argparse.Namespace`; returns an exit status). Adding a benchmark (e.g. the LoFi paper's UCI
 benchmark, ``uci``) means writing such a module and adding its name to :data:`COMMANDS`.
@@ -44,6 +48,7 @@ COMMANDS = {
     "wolf-tracking": ".wolf_tracking",
     "wolf-uci": ".wolf_uci",
     "wolf-1d": ".wolf_1d",
+    "wolf-labels": ".wolf_labels",
 }
 
 __all__ = ["COMMANDS"]
