@@ -515,3 +515,12 @@ def test_ewma_limits_and_steady_state():
     np.testing.assert_allclose(ew.variance_, s_prev + 0.01, rtol=1e-12)
     with pytest.raises(ValueError):
         ew.update(np.nan)
+
+
+def test_wolf_labels_benchmark_smoke():
+    from skfilter.benchmarks import wolf_labels
+
+    rows = wolf_labels.run(seeds=(0,), thresholds=("auto",), corruptions=("far",), progress=None)
+    by = {(r["base"], r["method"]): r["accuracy"] for r in rows}
+    assert len(rows) == 4 and all(np.isfinite(v) for v in by.values())
+    assert by[("EKF (10 hidden)", "WoLF c=auto")] > by[("EKF (10 hidden)", "plain")]
