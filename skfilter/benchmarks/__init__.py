@@ -33,6 +33,25 @@ Commands (one module each, registered in :data:`COMMANDS`):
     WoLFClassifier against the plain filter on 2-D streams with flipped labels (random, far from the
     boundary, class-conditional); held-out accuracy over seeds.
 
+``bocd-drift`` (:mod:`skfilter.benchmarks.bocd_drift`)
+    BONE's online classification with periodic drift (thesis E3.2): C-ACI, CPP-OU, RL[1]-PR and
+    RL[1]-OUPR* tuned on one warm-up stream, prequential misclassification over 100 streams beside
+    the authors' numbers, and the RL[K]-PR sweep over ``K`` and the hazard.
+``bocd-jumps`` (:mod:`skfilter.benchmarks.bocd_jumps`)
+    The same on the drift-and-jumps stream (E3.3).
+``bocd-bandit`` (:mod:`skfilter.benchmarks.bocd_bandit`)
+    Non-stationary 10-arm Bernoulli bandit with Thompson sampling over one run-length filter per
+    arm (E3.4): final regret beside the authors'.
+``bocd-segments`` (:mod:`skfilter.benchmarks.bocd_segments`)
+    Piecewise-polynomial segmentation (E3.5): RMSE of one-step predictions and number of detected
+    changepoints for RL[K]-PR, RL[K]-MMPR and RL[1]-OUPR*.
+``bocd-wolf`` (:mod:`skfilter.benchmarks.bocd_wolf`)
+    Heavy-tailed piecewise regression with WoLF inside BOCD (thesis §4.7.4): RMSE, detected
+    changepoints, rolling RMSE and the run-length posterior heat-map.
+``bocd-cost`` (:mod:`skfilter.benchmarks.bocd_cost`)
+    µs per step of K = 10 against K = 1 run-length hypotheses over LoFi and the diagonal EKF on
+    the concrete MLP (``P = 501``).
+
 A command module exposes ``HELP`` (one line), ``add_arguments(parser)`` and ``main(args)`` (``args``
 an :class:`argparse.Namespace`; returns an exit status). Adding a benchmark (e.g. the LoFi paper's UCI
 benchmark, ``uci``) means writing such a module and adding its name to :data:`COMMANDS`.
@@ -49,6 +68,12 @@ COMMANDS = {
     "wolf-uci": ".wolf_uci",
     "wolf-1d": ".wolf_1d",
     "wolf-labels": ".wolf_labels",
+    "bocd-drift": ".bocd_drift",
+    "bocd-jumps": ".bocd_jumps",
+    "bocd-bandit": ".bocd_bandit",
+    "bocd-segments": ".bocd_segments",
+    "bocd-wolf": ".bocd_wolf",
+    "bocd-cost": ".bocd_cost",
 }
 
 __all__ = ["COMMANDS"]
