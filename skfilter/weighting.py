@@ -68,6 +68,13 @@ def _quadratic(residual, M):
     return torch.einsum("...i,...ij,...j->...", residual, Mp, residual)
 
 
+def _imq(q):
+    """``(1 + q)^{−1/2}`` for the distance ``q = d² / c²``, computed on ``e / c``: a threshold whose
+    square overflows the dtype gives ``W = 1`` (``c → ∞``, the base filter) and a residual whose
+    square overflows gives ``W = 0``, never ``inf / inf`` (NaN)."""
+    return torch.rsqrt(1.0 + q)
+
+
 class WeightingFunction:
     """Base class: a weight ``W ∈ [0, 1]`` per row from the prior-predictive residual (module
     docstring). Subclasses implement :meth:`weights`.
@@ -124,8 +131,7 @@ class IMQ(WeightingFunction):
     takes_noise_covariance = False
 
     def weights(self, residual, predictive_covariance=None, noise_covariance=None):
-        c2 = self.threshold ** 2
-        return torch.sqrt(c2 / (c2 + (residual ** 2).sum(-1)))
+        return _imq(((residual / self.threshold) ** 2).sum(-1))
 
 
 class MahalanobisIMQ(WeightingFunction):
@@ -144,8 +150,7 @@ class MahalanobisIMQ(WeightingFunction):
     """
 
     def weights(self, residual, predictive_covariance, noise_covariance):
-        c2 = self.threshold ** 2
-        return torch.sqrt(c2 / (c2 + _quadratic(residual, noise_covariance)))
+        return _imq(_quadratic(residual / self.threshold, noise_covariance))
 
 
 class ThresholdedMahalanobis(WeightingFunction):
@@ -212,8 +217,7 @@ class PredictiveMahalanobisIMQ(WeightingFunction):
     takes_noise_covariance = False
 
     def weights(self, residual, predictive_covariance, noise_covariance=None):
-        c2 = self.threshold ** 2
-        return torch.sqrt(c2 / (c2 + _quadratic(residual, predictive_covariance)))
+        return _imq(_quadratic(residual / self.threshold, predictive_covariance))
 
 
 class CallableWeighting(WeightingFunction):

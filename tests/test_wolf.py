@@ -524,3 +524,64 @@ def test_wolf_labels_benchmark_smoke():
     by = {(r["base"], r["method"]): r["accuracy"] for r in rows}
     assert len(rows) == 4 and all(np.isfinite(v) for v in by.values())
     assert by[("EKF (10 hidden)", "WoLF c=auto")] > by[("EKF (10 hidden)", "plain")]
+
+
+# ---------------------------------------------------------------------------------------------
+# review findings
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_huge_thresholds_give_weight_one_not_nan(dtype):
+    """``threshold → ∞`` is the base filter: a threshold whose square overflows the dtype (c² in
+    float32 beyond 3.4e38, or a Python float beyond 1.8e308) must give W = 1, not NaN (inf / inf)
+    or an OverflowError; a residual whose square overflows must give W = 0."""
+    from skfilter.weighting import IMQ, MahalanobisIMQ, PredictiveMahalanobisIMQ
+
+    e = torch.tensor([[[0.5]], [[3.0]]], dtype=dtype)
+    R = torch.ones(2, 1, 1, 1, dtype=dtype)
+    for c in (1e20, 1e200):
+        for fn in (IMQ(c), MahalanobisIMQ(c), PredictiveMahalanobisIMQ(c)):
+            w = fn(e, R, R)
+            assert w.dtype == dtype
+            np.testing.assert_array_equal(w.numpy(), 1.0)
+    big = torch.tensor([[[1e30]]], dtype=dtype) if dtype == torch.float32 else torch.tensor([[[1e200]]], dtype=dtype)
+    R1 = torch.ones(1, 1, 1, 1, dtype=dtype)
+    for fn in (IMQ(1.0), MahalanobisIMQ(1.0), PredictiveMahalanobisIMQ(1.0)):
+        assert float(fn(big, R1, R1)) == 0.0
+
+
+def test_wolf_with_huge_threshold_in_float32_is_the_base():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 2)).astype(np.float32)
+    y = X.sum(1) + 0.1 * rng.normal(size=40)
+    base = EKFRegressor(hidden_layer_sizes=(), obs_variance=0.1, prior_variance=1.0, dtype="float32",
+                        random_state=0)
+    wolf = WoLFRegressor(base, threshold=1e25, robust_noise=False).fit(X, y)
+    plain = clone(base).fit(X, y)
+    np.testing.assert_allclose(wolf.predict(X), plain.predict(X), rtol=1e-5)
+
+
+def test_partial_fit_after_changing_the_base_or_robust_noise_raises():
+    """As the base filters (their structural parameters), a wrapper whose ``estimator`` (or a
+    parameter of it, or ``robust_noise``) changed since the stream began must not go on with the
+    old one silently: partial_fit raises and leaves the fitted state as it was; fit starts anew."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(20, 2))
+    y = X.sum(1)
+    base = EKFRegressor(hidden_layer_sizes=(), obs_variance="auto", random_state=0)
+    wolf = WoLFRegressor(base).fit(X, y)
+    n = wolf.n_samples_seen_
+    for change in ({"estimator": LoFiRegressor(random_state=0)}, {"estimator__hidden_layer_sizes": (3,)},
+                   {"robust_noise": False}):
+        est = clone(wolf).set_params(estimator=clone(base)).fit(X, y)
+        est.set_params(**change)
+        with pytest.raises(ValueError, match="changed"):
+            est.partial_fit(X, y)
+        assert est.n_samples_seen_ == n
+        est.fit(X, y)  # a new stream takes the new values
+        est.partial_fit(X, y)
+    # unchanged parameters (and a changed threshold, which is not structural) go on
+    wolf.set_params(threshold=2.0).partial_fit(X, y)
+    assert wolf.n_samples_seen_ == 2 * n
+    # a pickled estimator keeps going
+    again = pickle.loads(pickle.dumps(wolf))
+    again.partial_fit(X, y)
