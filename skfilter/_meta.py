@@ -13,6 +13,28 @@ from __future__ import annotations
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone
 from sklearn.utils import get_tags
 
+from ._validation import _same_value
+
+
+_PARAM_NAMES: dict = {}
+
+
+def _param_values(est, prefix: str) -> dict:
+    """``get_params(deep=True)`` of ``est`` with ``prefix``, read from the attributes (parameter
+    names cached per class; ``module__`` keyword arguments included): a wrapper checks them at every
+    ``partial_fit``, and scikit-learn's ``get_params`` costs ~1 ms on a filter."""
+    cls = type(est)
+    names = _PARAM_NAMES.get(cls)
+    if names is None:
+        names = _PARAM_NAMES[cls] = tuple(cls._get_param_names())
+    out = {}
+    for k in names + tuple(k for k in vars(est) if k.startswith("module__")):
+        v = getattr(est, k, None)
+        out[prefix + k] = v
+        if isinstance(v, BaseEstimator):
+            out.update(_param_values(v, f"{prefix}{k}__"))
+    return out
+
 
 def is_filter(est) -> bool:
     """Whether ``est`` is a skfilter filter estimator (it has the engine's internal interface)."""
@@ -42,6 +64,39 @@ class FilterMetaEstimator(MetaEstimatorMixin, BaseEstimator):
             raise TypeError(f"estimator must be a skfilter filter {self._kind} (e.g. EKF or LoFi, or a wrapper "
                             f"of one); got {type(self.estimator).__name__}.")
         return base
+
+    #: own parameters that fix a fitted stream besides ``estimator`` (subclasses)
+    _structural_params: tuple = ()
+
+    def _structure_snapshot(self) -> dict:
+        """The values that fix the fitted stream: ``estimator`` (the object), every parameter of
+        it (deep) and :attr:`_structural_params`."""
+        snap = {"estimator": self.estimator}
+        if self.estimator is not None:  # None: the default, which no set_params can change
+            snap.update(_param_values(self.estimator, "estimator__"))
+        snap.update({k: getattr(self, k) for k in self._structural_params})
+        return snap
+
+    def _record_structure(self):
+        """Record :meth:`_structure_snapshot` (when a stream is installed)."""
+        self._fitted_structure = self._structure_snapshot()
+
+    def _check_structure_unchanged(self):
+        """Raise ``ValueError`` (changing nothing) if ``set_params`` changed the base estimator, one
+        of its parameters or a structural parameter since the stream began: ``estimator_`` is a
+        clone made then, and ``partial_fit`` must not go on with the old one silently (as the base
+        filters' structural parameters, :func:`skfilter._validation.check_structural_params_unchanged`)."""
+        recorded = getattr(self, "_fitted_structure", None)
+        if recorded is None:
+            return
+        current = self._structure_snapshot()
+        changed = sorted(k for k in set(recorded) | set(current)
+                         if k not in recorded or k not in current or not _same_value(current[k], recorded[k]))
+        if changed:
+            raise ValueError(
+                f"{type(self).__name__}: the parameter(s) {changed} changed since the stream was started; "
+                "estimator_ is the clone made then, so partial_fit cannot continue with them changed. "
+                "Call fit to start a new stream with the new values (or set them back).")
 
     def _filter_for(self, first, y, sample_weight):
         """The innermost filter estimator, prepared for a call with targets ``y`` (``first``: a new

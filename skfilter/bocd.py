@@ -72,6 +72,7 @@ class _BOCDMeta(FilterMetaEstimator):
             inner = base._filter_for(True, y, sample_weight) if isinstance(base, FilterMetaEstimator) else base
         else:
             check_is_fitted(self, "estimator_")
+            self._check_structure_unchanged()
             base = self.estimator_
             inner = base._filter_for(False, y, sample_weight) if isinstance(base, FilterMetaEstimator) else base
         if not is_filter(inner):
@@ -119,6 +120,7 @@ class _BOCDMeta(FilterMetaEstimator):
         self.estimator_ = base
         self.runlength_state_ = state
         self._prior_noise = prior_noise
+        self._record_structure()
 
     @property
     def _inner(self):

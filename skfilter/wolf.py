@@ -6,7 +6,8 @@ function installed in the engine's weighting stage (:mod:`skfilter.weighting`): 
 weight ``W ∈ [0, 1]`` is computed from the prior-predictive residual and the update uses
 ``R / W²`` instead of ``R`` (spec/wolf-subspace-pulse.md §2.1–§2.3, thesis Prop. 4.1, Alg. 11 in
 its safe covariance form). There is no inner loop: the cost is the base filter's plus one scalar
-per row. ``threshold → ∞`` gives the base filter exactly.
+per row. ``threshold → ∞`` gives the base filter exactly (with ``robust_noise=False``, or a base
+whose ``obs_variance`` is not ``'auto'``: ``robust_noise`` swaps ``'auto'`` for ``'robust'``).
 
 The weight applies to *learning*; the predictive a fitted WoLF estimator reports is the base
 filter's plain one (``H Σ Hᵀ + R``). The online observation-noise estimate of the base regressor
@@ -114,6 +115,7 @@ class _WoLFMeta(FilterMetaEstimator):
             scale = self._target_scale(y, sample_weight)
         else:
             check_is_fitted(self, "estimator_")
+            self._check_structure_unchanged()
             base, scale = self.estimator_, self.target_scale_
         weighting = self._weighting_function(scale)  # raises on a bad weighting/threshold
         previous = getattr(self, "weighting_", None)
@@ -147,6 +149,7 @@ class _WoLFMeta(FilterMetaEstimator):
         self.estimator_ = base
         self.target_scale_ = scale
         self.weighting_ = weighting
+        self._record_structure()
 
     # -- fitting ------------------------------------------------------------------------------
     def fit(self, X, y, sample_weight=None):
@@ -236,6 +239,7 @@ class WoLFRegressor(RegressorMixin, _WoLFMeta):
     """
 
     _kind = "regressor"
+    _structural_params = ("robust_noise",)  # it set the clone's obs_variance
 
     def __init__(self, estimator=None, *, weighting="imq", threshold="auto", robust_noise=True):
         self.estimator = estimator

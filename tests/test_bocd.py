@@ -401,3 +401,23 @@ def test_cpp_ou_picks_the_best_rate_and_upsilon_one_is_the_base():
     assert np.mean((cpp[after] - y2[after]) ** 2) < 0.5 * np.mean((base[after] - y2[after]) ** 2)
     assert est.changepoint_probability_ < 0.05
     assert np.isfinite(plain.predict(X[:2])).all()
+
+
+def test_partial_fit_after_changing_the_base_raises():
+    """A run-length mixture whose base estimator changed (``set_params(estimator=…)`` or
+    ``estimator__…``) since the stream began raises on partial_fit and keeps its state; hazard,
+    threshold and the like may change between calls."""
+    X, y = _linear_stream(T=20)
+    bocd = BOCDRegressor(WoLFRegressor(_linear_base()), hazard=0.1, n_hypotheses=3).fit(X, y)
+    state = bocd.runlength_state_
+    for change in ({"estimator": _linear_base()}, {"estimator__estimator__prior_variance": 2.0},
+                   {"estimator__threshold": 3.0}):
+        est = clone(bocd).fit(X, y)
+        before = est.runlength_state_
+        est.set_params(**change)
+        with pytest.raises(ValueError, match="changed"):
+            est.partial_fit(X, y)
+        assert est.runlength_state_ is before
+    bocd.set_params(hazard=0.2).partial_fit(X, y)
+    assert bocd.n_samples_seen_ == 40 and bocd.runlength_state_ is not state
+    pickle.loads(pickle.dumps(bocd)).partial_fit(X, y)
