@@ -182,7 +182,7 @@ class FilterRegressorMixin(RegressorMixin):
         w = weights.to(summaries.dtype).reshape(-1, *([1] * (summaries.dim() - 1)))
         m_k, e_k, a_k = summaries[..., :C], summaries[..., C:2 * C], summaries[..., 2 * C:]
         mean = (w * m_k).sum(0)
-        epi = ((w * (e_k + m_k * m_k)).sum(0) - mean * mean).clamp_min(0.0)
+        epi = (w * (e_k + (m_k - mean) ** 2)).sum(0)  # Σ w_k (e_k + m_k²) − m², without cancellation
         return torch.cat([mean, epi, (w * a_k).sum(0)], dim=-1)
 
     def _shape_output(self, a):

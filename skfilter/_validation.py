@@ -203,8 +203,9 @@ def regression_target_matrix(est, y, first) -> np.ndarray:
     return y.reshape(y.shape[0], width)
 
 
-#: ``{class: parameter names}`` (:meth:`PrefixedParamsMixin._get_param_names`)
+#: ``{class: parameter names}`` and ``{class: name of the ** parameter}``, computed once per class
 _PARAM_NAMES: dict = {}
+_CATCH_ALL: dict = {}
 
 
 class PrefixedParamsMixin:
@@ -237,14 +238,17 @@ class PrefixedParamsMixin:
 
     @classmethod
     def _catch_all_name(cls):
-        """The name of ``__init__``'s ``**`` parameter (``None`` if it has none)."""
+        """The name of ``__init__``'s ``**`` parameter (``None`` if it has none); once per class."""
+        if cls in _CATCH_ALL:
+            return _CATCH_ALL[cls]
+        name = None
         init = cls.__init__
-        if init is object.__init__:
-            return None
-        for p in inspect.signature(init).parameters.values():
-            if p.kind == p.VAR_KEYWORD:
-                return p.name
-        return None
+        if init is not object.__init__:
+            for p in inspect.signature(init).parameters.values():
+                if p.kind == p.VAR_KEYWORD:
+                    name = p.name
+        _CATCH_ALL[cls] = name
+        return name
 
     def _is_extra_param(self, key) -> bool:
         """Whether ``key`` is stored through the ``**`` catch-all: a ``<prefix><name>`` or the

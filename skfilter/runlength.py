@@ -9,22 +9,25 @@ them by their posterior probability ``ν_t(r) = p(r_t = r | D_{1:t})``. One step
 **RL[K]-PR** (``reset='prior'``; Alg. 8, eqs. 3.46–3.53) — BOCD with the ``K`` most probable run
 lengths (``K = None``: all of them, exact BOCD):
 
-1. candidates: the ``K`` kept hypotheses (growth, ``r ← r + n``) and one changepoint hypothesis
-   ``r = 0`` whose prior is the reference ``N(μ₀, Σ₀)`` (the stream's prior) with the initial noise
-   state;
-2. all ``K + 1`` go through one batched :func:`~skfilter.filtering.filter_step` (dynamics, robust
-   weights and update on the leading hypotheses axis — no loop over hypotheses); its recorder gives
+1. candidates: the ``K`` kept hypotheses moved by the base filter's dynamics (growth, ``r ← r + n``)
+   and one changepoint hypothesis ``r = 0`` whose prior is the reference ``N(μ₀, Σ₀)`` itself (the
+   stream's prior, no dynamics: Alg. 8's ``ℓ₀``), with the noise estimate of the most probable
+   hypothesis (a regime change resets the parameters, not the noise level);
+2. all ``K + 1`` go through one batched :func:`~skfilter.filtering.filter_step` (robust weights and
+   update on the leading hypotheses axis — no loop over hypotheses); its recorder gives
    each candidate's log predictive density of the rows ``ℓ_k = log p(y | r_k, D_{1:t−1})``
    (:meth:`~skfilter.likelihoods.Likelihood.log_predictive`, from the *prior* predictive, with
-   ``R`` and not ``R / W²`` under WoLF — spec/wolf-subspace-pulse.md §6.19);
+   ``R`` and not ``R / W²`` under WoLF — spec/wolf-subspace-pulse.md §6.19; for the Poisson
+   likelihood a Gaussian approximation of the count's predictive, so the evidence is approximate);
 3. log joints: growth ``ℓ_k + log ν_{t−1}(k) + log(1 − H)``; changepoint
    ``ℓ_0 + log Σ_k ν_{t−1}(k) + log H`` (the corrected line 13 of Alg. 8: the joints *before* this
    step, times the hazard);
 4. the log evidence of the rows is the log-sum-exp of the joints; the ``K`` largest joints are kept
    (ties: the longer run, for a deterministic choice) and renormalised (eq. 3.36).
 
-The changepoint hypothesis follows the thesis' convention (spec/bone.md §6.3): the rows of the step
-are the first rows of the new regime — evaluated under the prior, *then learned* by the ``r = 0``
+With ``batch_size > 1`` a step holds several rows and changepoints fall on step boundaries only
+(run lengths still count rows). The changepoint hypothesis follows the thesis' convention
+(spec/bone.md §6.3): the rows of the step are the first rows of the new regime — evaluated under the prior, *then learned* by the ``r = 0``
 belief; with ``K = None`` this is exact BOCD (it equals brute-force enumeration of all segmentations,
 §5 fact 12). The authors' library instead keeps the un-updated prior for ``r = 0``.
 
@@ -136,7 +139,7 @@ def runlength_step(parts, state: RunLengthState, prior: FilterState, X, Y, sampl
     Parameters
     ----------
     parts : skfilter.filtering.EngineParts
-        The base filter's parts (its dynamics apply to every hypothesis before each step).
+        The base filter's parts (its dynamics apply to every continuing hypothesis before each step).
     state : RunLengthState
     prior : skfilter.filtering.FilterState
         The reference belief and initial noise state (no hypotheses axis): the changepoint prior.
@@ -165,11 +168,16 @@ def runlength_step(parts, state: RunLengthState, prior: FilterState, X, Y, sampl
     log_h, log_s = _log_hazards(hazard)
     hyp = state.filter
     K = hyp.log_weights.shape[0]
+    # the base's dynamics move the continuing hypotheses; a new regime starts from the reference
+    # itself (Alg. 8's ℓ₀ under (μ₀, Σ₀)), or from the moment-matched mixture of the predicted beliefs
+    predicted = apply_dynamics(parts.structure, hyp.belief, parts.dynamics, parts.reference)
     if reset == "moment-matched":
-        cp_belief = parts.structure.moment_match(hyp.belief, hyp.log_weights)
+        cp_belief = parts.structure.moment_match(predicted, hyp.log_weights)
     else:
         cp_belief = prior.belief
-    candidates = FilterState(_concat(hyp.belief, _with_axis(cp_belief)), _concat(hyp.noise, _with_axis(prior.noise)),
+    # the new regime keeps the stream's noise estimate: that of the most probable hypothesis
+    cp_noise = None if hyp.noise is None else {k: v[int(torch.argmax(hyp.log_weights))] for k, v in hyp.noise.items()}
+    candidates = FilterState(_concat(predicted, _with_axis(cp_belief)), _concat(hyp.noise, _with_axis(cp_noise)),
                              hyp.n_seen)
     captured = {}
 
@@ -177,7 +185,7 @@ def runlength_step(parts, state: RunLengthState, prior: FilterState, X, Y, sampl
         captured["f"], captured["quad"], captured["noise"] = f, quad, noise
         return None
 
-    new, _ = filter_step(parts, candidates, X, Y, sample_weight, capture)
+    new, _ = filter_step(parts._replace(dynamics=Dynamics()), candidates, X, Y, sample_weight, capture)
     f, quad = captured["f"], captured["quad"]
     lp = parts.likelihood.log_predictive(f, quad, Y, captured["noise"])  # (K+1, B)
     if sample_weight is not None:  # a row of weight w counts w times in the evidence, as in the update

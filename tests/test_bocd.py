@@ -421,3 +421,28 @@ def test_partial_fit_after_changing_the_base_raises():
     bocd.set_params(hazard=0.2).partial_fit(X, y)
     assert bocd.n_samples_seen_ == 40 and bocd.runlength_state_ is not state
     pickle.loads(pickle.dumps(bocd)).partial_fit(X, y)
+
+
+def test_every_reset_rule_restarts_from_the_reference_itself():
+    """Alg. 8's ℓ₀ and Alg. 10's p₀ use (μ₀, Σ₀): with the base's process noise, 'always reset'
+    under 'prior' (hazard 1) and under 'ou' (threshold 1) give the same belief (the dynamics move
+    continuing hypotheses only)."""
+    X, y = _linear_stream(T=12)
+    base = _linear_base(process_noise=0.5)
+    a = BOCDRegressor(base, hazard=1.0, n_hypotheses=1).fit(X, y)
+    b = BOCDRegressor(base, hazard=0.3, n_hypotheses=1, reset="ou", threshold=1.0).fit(X, y)
+    np.testing.assert_allclose(a.estimator_.posterior_.mean.numpy(), b.estimator_.posterior_.mean.numpy(),
+                               rtol=1e-12)
+    np.testing.assert_allclose(a.estimator_.posterior_.covariance().numpy(),
+                               b.estimator_.posterior_.covariance().numpy(), rtol=1e-12)
+
+
+def test_mixture_variance_has_no_cancellation_in_float32():
+    """Two hypotheses with large equal means: the mixture keeps their epistemic variance."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 1))
+    y = 1e4 + X[:, 0] + 0.01 * rng.normal(size=60)
+    base = EKFRegressor(hidden_layer_sizes=(), dtype="float32", random_state=0)
+    est = BOCDRegressor(base, hazard=0.3, n_hypotheses=3).fit(X, y)
+    _, epi = est.predict(X[:3], return_std=True, include_noise=False)
+    assert np.all(epi > 0)
