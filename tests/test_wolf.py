@@ -585,3 +585,16 @@ def test_partial_fit_after_changing_the_base_or_robust_noise_raises():
     # a pickled estimator keeps going
     again = pickle.loads(pickle.dumps(wolf))
     again.partial_fit(X, y)
+
+
+def test_classifier_auto_threshold_grows_with_the_classes():
+    """c = 2 √(K − 1): on digits c = 2 cost 4 points of accuracy (defaults benchmark)."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 2))
+    for K in (2, 3, 10):
+        y = np.arange(40) % K
+        clf = WoLFClassifier(EKFClassifier(hidden_layer_sizes=(), random_state=0)).fit(X, y)
+        assert clf.weighting_.threshold == pytest.approx(2.0 * np.sqrt(K - 1))
+    clf = WoLFClassifier(EKFClassifier(hidden_layer_sizes=(), random_state=0))
+    clf.partial_fit(X[:5], np.zeros(5, dtype=int), classes=np.arange(5))  # classes, not the first labels
+    assert clf.weighting_.threshold == pytest.approx(4.0)
