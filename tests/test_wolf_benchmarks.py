@@ -214,3 +214,19 @@ def test_1d_tiny_writes_table_and_figure(tmp_path):
 def test_rmedse():
     assert rmedse([0.0, 0.0, 0.0], [1.0, 2.0, 100.0]) == 2.0
     assert math.isnan(rmedse([0.0, 1.0], [0.0, np.nan]))
+
+
+def test_grid_search_cost_rule():
+    from skfilter.benchmarks._wolf_common import grid_search, n_inner_cost
+
+    scores = {(1, 1): 10.0, (1, 2): 9.0, (1, 10): 8.99, (2, 1): math.nan, (2, 2): 50.0, (2, 10): 9.5}
+
+    def score(a, n_inner):
+        return scores[(a, n_inner)]
+
+    grid = {"a": (1, 2), "n_inner": (1, 2, 10)}
+    assert grid_search(score, grid) == ({"a": 1, "n_inner": 10}, 8.99)
+    # 9.0 is within 0.5 % of 8.99: the cheaper point wins
+    assert grid_search(score, grid, cost=n_inner_cost) == ({"a": 1, "n_inner": 2}, 9.0)
+    best, s = grid_search(lambda a, n_inner: math.nan, grid)
+    assert best == {"a": 1, "n_inner": 1} and math.isnan(s)

@@ -130,8 +130,17 @@ def grid_points(grid: dict) -> list:
     return [dict(zip(names, vals)) for vals in itertools.product(*(grid[k] for k in names))]
 
 
-def grid_search(score, grid: dict):
-    """The point of ``grid`` with the lowest finite ``score(**point)`` (first one on ties).
+#: relative tolerance of :func:`grid_search`'s cost rule
+COST_RTOL = 0.005
+
+
+def grid_search(score, grid: dict, cost=None, rtol: float = COST_RTOL):
+    """The point of ``grid`` with the lowest finite ``score(**point)``.
+
+    With ``cost`` (a function of the point, e.g. its number of inner iterations), every point whose
+    score is within ``rtol`` (relative) of the lowest counts as a tie, and the cheapest of them wins:
+    iterations that do not change the error by more than 0.5 % are not paid for. Remaining ties go
+    to the first point in grid order.
 
     Returns
     -------
@@ -139,18 +148,28 @@ def grid_search(score, grid: dict):
     best_score : float
         ``nan`` (and the first point) when every point failed.
     """
-    best, best_score = None, math.inf
     points = grid_points(grid)
+    scores = []
     for point in points:
         try:
             s = float(score(**point))
         except Exception:  # noqa: BLE001 - a diverged or failed trial loses
             s = math.nan
-        if math.isfinite(s) and s < best_score:
-            best, best_score = point, s
-    if best is None:
+        scores.append(s if math.isfinite(s) else math.inf)
+    lowest = min(scores)
+    if not math.isfinite(lowest):
         return points[0], math.nan
-    return best, best_score
+    if cost is None:
+        i = scores.index(lowest)
+        return points[i], lowest
+    ties = [i for i, s in enumerate(scores) if s <= lowest * (1.0 + rtol)]
+    i = min(ties, key=lambda j: (cost(points[j]), scores[j]))
+    return points[i], scores[i]
+
+
+def n_inner_cost(point: dict) -> float:
+    """The cost of a grid point for :func:`grid_search`: its ``n_inner`` (1 without one)."""
+    return float(point.get("n_inner", 1))
 
 
 def format_params(params: dict) -> str:
