@@ -27,12 +27,12 @@ authors' code). Every filter assumes this model; the data break its observation 
   :class:`~skfilter.weighting.IMQ` (eq. 4.5, ``w² = c² / (c² + ‖e‖²)``, ``c`` in the units of
   ``y``) and :class:`~skfilter.weighting.ThresholdedMahalanobis` (eq. 4.7, squared convention:
   ``w = 1`` iff ``eᵀ R⁻¹ e ≤ c``). Inside the timed loop the weight of such an object is computed by
-  the NumPy transcription of its formula (:func:`numpy_weight`); after every run the weights of the
-  residuals the filter saw are recomputed by the skfilter object itself (one batched call, outside
-  the timing) and must agree to 1e-12 (:func:`check_weights`). Calling the torch object on a
-  2-vector at every step costs ~20 µs of dispatch — as much as the whole KF step here — so the
-  row ``WoLF-IMQ (torch W per step)`` does exactly that, to show the price of the call rather than of
-  the weighting.
+  the NumPy transcription of its formula (:func:`numpy_weight`); after the runs of the first three
+  trials the weights of the residuals the filter saw are recomputed by the skfilter object itself
+  (one batched call, outside the timing) and must agree to 1e-12 (:func:`check_weights`). Calling
+  the torch object on a 2-vector at every step costs ~10 µs of dispatch — as much as the whole KF
+  step here — so the row ``WoLF-IMQ (torch W per step)`` does exactly that, to show the price of
+  the call rather than of the weighting.
 * ``KF-IW`` — inverse-Wishart VB filter of Agamennoni et al. (2012), in the form of the authors'
   reference code (spec §2.12, ``KalmanFilterInverseWishart``): ``n_inner`` iterations from the
   prediction, each ``S = (y − H μᵢ)(y − H μᵢ)ᵀ + H Σᵢ Hᵀ``, ``Λ = (ν R + S)/(ν + 1)``,
