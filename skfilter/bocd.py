@@ -23,10 +23,10 @@ Reset rules (``reset``):
   predicts the step's rows). The other gradual baseline, C-ACI, is the base filter itself with
   ``process_noise`` (no wrapper).
 
-Conventions: a changepoint hypothesis learns the rows of the step that opens it (the thesis'
-convention; exact BOCD); its noise state restarts from the base filter's initial one. ``fit`` makes
-one pass whatever the base's ``n_epochs`` (a run length is a time). The base's own dynamics
-(``process_noise``, ``decay``) apply to every hypothesis before each step.
+Conventions: a changepoint hypothesis starts from the prior itself and learns the rows of the step
+that opens it (the thesis' convention; exact BOCD), with the noise estimate of the most probable
+hypothesis. ``fit`` makes one pass whatever the base's ``n_epochs`` (a run length is a time). The
+base's own dynamics (``process_noise``, ``decay``) move the continuing hypotheses before each step.
 """
 
 from __future__ import annotations
@@ -63,8 +63,10 @@ class _BOCDMeta(FilterMetaEstimator):
         eps = self.threshold
         if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not 0.0 <= float(eps) <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {eps!r}.")
+        if self.evidence not in ("weighted", "plain"):
+            raise ValueError(f"evidence must be 'weighted' or 'plain', got {self.evidence!r}.")
         return {"hazard": float(h), "n_hypotheses": None if k is None else int(k), "reset": self.reset,
-                "threshold": float(eps)}
+                "threshold": float(eps), "weighted_evidence": self.evidence == "weighted"}
 
     def _filter_for(self, first, y, sample_weight):
         if first:
@@ -191,7 +193,11 @@ _COMMON_DOC = """estimator : skfilter ESTIMATOR_KIND, default=None
         is the thesis' gradual baseline CPP-OU (an OU shrink every step with the empirical-Bayes
         rate; no run lengths; ``hazard`` unused). ``'ou'`` and ``'cpp-ou'`` need ``n_hypotheses=1``.
     threshold : float, default=0.5
-        ``ε`` of ``reset='ou'`` (0: never reset, 1: always reset)."""
+        ``ε`` of ``reset='ou'`` (0: never reset, 1: always reset).
+    evidence : {'weighted', 'plain'}, default='weighted'
+        Over a robust base (``WoLF…``): score the hypotheses with the weighted likelihood's
+        predictive (``R / W²``), so that outliers the weights discount do not open new regimes;
+        ``'plain'`` scores with ``R`` (spec/wolf-subspace-pulse.md §6.19). The same without weights."""
 
 _ATTRIBUTES_DOC = """estimator_ : estimator
         The fitted clone of ``estimator``; its filter holds the mixture (its ``module_`` has the
@@ -241,12 +247,14 @@ class BOCDRegressor(RegressorMixin, _BOCDMeta):
 
     _kind = "regressor"
 
-    def __init__(self, estimator=None, *, hazard=0.01, n_hypotheses=10, reset="prior", threshold=0.5):
+    def __init__(self, estimator=None, *, hazard=0.01, n_hypotheses=10, reset="prior", threshold=0.5,
+                 evidence="weighted"):
         self.estimator = estimator
         self.hazard = hazard
         self.n_hypotheses = n_hypotheses
         self.reset = reset
         self.threshold = threshold
+        self.evidence = evidence
 
     def _default_estimator(self):
         from .lofi import LoFiRegressor
@@ -381,12 +389,14 @@ class BOCDClassifier(ClassifierMixin, _BOCDMeta):
 
     _kind = "classifier"
 
-    def __init__(self, estimator=None, *, hazard=0.01, n_hypotheses=10, reset="prior", threshold=0.5):
+    def __init__(self, estimator=None, *, hazard=0.01, n_hypotheses=10, reset="prior", threshold=0.5,
+                 evidence="weighted"):
         self.estimator = estimator
         self.hazard = hazard
         self.n_hypotheses = n_hypotheses
         self.reset = reset
         self.threshold = threshold
+        self.evidence = evidence
 
     def _default_estimator(self):
         from .lofi import LoFiClassifier

@@ -73,14 +73,19 @@ class Likelihood:
         R = self.noise_covariance(f, state)
         return R @ quad @ R + R
 
-    def log_predictive(self, f, quad, Y, state=None):
+    def log_predictive(self, f, quad, Y, state=None, weights=None):
         """``log p(y | D)`` of each row under the linearised prior predictive, ``(..., n)``: the
         evidence a run-length mixture weighs its hypotheses with (spec/bone.md eqs. 3.32, 3.51).
 
         Default (Gaussian, Poisson): ``log N(y; E[y | f], S)`` with ``S`` from
-        :meth:`predictive_covariance` — for the Gaussian likelihood exactly eq. 3.51. The classifiers
-        override it with the probability of the observed class under the probit predictive."""
+        :meth:`predictive_covariance` — for the Gaussian likelihood exactly eq. 3.51. With robust
+        ``weights`` ``W (..., n)`` the observation covariance is ``R / W²`` (the predictive of WoLF's
+        weighted likelihood, spec/wolf-subspace-pulse.md §6.19). The classifiers override it with
+        the probability of the observed class under the probit predictive (weights unused)."""
         S = self.predictive_covariance(f, quad, state)
+        if weights is not None:
+            w2 = (weights * weights).to(S.dtype).clamp_min(_tiny(S.dtype))
+            S = S + self.noise_covariance(f, state) * (1.0 / w2 - 1.0)[..., None, None]
         e = Y - self.mean(f)
         C = e.shape[-1]
         if C == 1:
@@ -291,7 +296,7 @@ class Bernoulli(Likelihood):
     def noise_covariance(self, f, state=None):
         return self._variance(f).unsqueeze(-1)
 
-    def log_predictive(self, f, quad, Y, state=None):
+    def log_predictive(self, f, quad, Y, state=None, weights=None):
         """``log p(y | D)`` with the probit predictive ``p₁ = σ(f / √(1 + π v / 8))``, ``(..., n)``."""
         p = probit_probabilities(f, quad.diagonal(dim1=-2, dim2=-1), binary=True)
         y1 = Y[..., 0]
@@ -323,7 +328,7 @@ class Categorical(Likelihood):
         p = torch.softmax(f, dim=-1)
         return torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2)
 
-    def log_predictive(self, f, quad, Y, state=None):
+    def log_predictive(self, f, quad, Y, state=None, weights=None):
         """``log p(y | D)`` of the one-hot ``Y`` under the probit predictive, ``(..., n)``."""
         p = probit_probabilities(f, quad.diagonal(dim1=-2, dim2=-1), binary=False)
         return torch.log((p * Y).sum(-1).clamp_min(_tiny(f.dtype)))

@@ -102,7 +102,8 @@ class LoFiRegressor(_LoFiStructure, FilterRegressorMixin, BaseFilter):
         started at the squared scale of the first call's targets, counted as 10 pseudo-rows, so that
         the ±2σ band follows the current error; ``'robust'``: the same estimate made outlier-robust
         (WoLF's robust EWMA on the variance level: a residual far larger than the current estimate
-        explains moves it less); ``'adaptive'``: the paper's running mean (``ε_t = 1/t``), which
+        explains moves it less; meant for :class:`~skfilter.WoLFRegressor`'s weights — alone it keeps
+        the noise low and lets outliers move the mean more); ``'adaptive'``: the paper's running mean (``ε_t = 1/t``), which
         keeps the large errors of the first rows in the estimate for good; a float or array: fixed
         variance(s). ``obs_variance_`` is the value the next step uses. Ignored by the Poisson
         likelihood.

@@ -16,8 +16,9 @@ lengths (``K = None``: all of them, exact BOCD):
 2. all ``K + 1`` go through one batched :func:`~skfilter.filtering.filter_step` (robust weights and
    update on the leading hypotheses axis — no loop over hypotheses); its recorder gives
    each candidate's log predictive density of the rows ``ℓ_k = log p(y | r_k, D_{1:t−1})``
-   (:meth:`~skfilter.likelihoods.Likelihood.log_predictive`, from the *prior* predictive, with
-   ``R`` and not ``R / W²`` under WoLF — spec/wolf-subspace-pulse.md §6.19; for the Poisson
+   (:meth:`~skfilter.likelihoods.Likelihood.log_predictive`, from the *prior* predictive; under a
+   robust weighting with ``R / W²`` by default, so that outliers the weights discount do not open
+   regimes — ``weighted_evidence=False`` takes ``R``, spec/wolf-subspace-pulse.md §6.19; for the Poisson
    likelihood a Gaussian approximation of the count's predictive, so the evidence is approximate);
 3. log joints: growth ``ℓ_k + log ν_{t−1}(k) + log(1 − H)``; changepoint
    ``ℓ_0 + log Σ_k ν_{t−1}(k) + log H`` (the corrected line 13 of Alg. 8: the joints *before* this
@@ -133,7 +134,8 @@ def _log_hazards(hazard: float):
 
 
 def runlength_step(parts, state: RunLengthState, prior: FilterState, X, Y, sample_weight=None, *,
-                   hazard: float, n_hypotheses, reset: str = "prior", threshold: float = 0.5, record=None):
+                   hazard: float, n_hypotheses, reset: str = "prior", threshold: float = 0.5,
+                   weighted_evidence: bool = False, record=None):
     """One run-length step on the rows ``X (B, D)``, ``Y (B, C)`` (module docstring).
 
     Parameters
@@ -150,6 +152,11 @@ def runlength_step(parts, state: RunLengthState, prior: FilterState, X, Y, sampl
     reset : {'prior', 'moment-matched', 'ou'}
     threshold : float
         ``ε`` of ``'ou'``.
+    weighted_evidence : bool, default False
+        With a robust weighting in ``parts``, score the hypotheses with ``R / W²`` (the weighted
+        likelihood's predictive): an outlier the weights discount then opens no new regime.
+        ``False``: with ``R`` (the thesis' natural reading). Without weighting both are the same.
+        (The estimators' ``evidence`` parameter defaults to the weighted form.)
     record : callable, optional
         ``record(f, quad, noise, weights)`` with the candidates' prior-predictive outputs
         ``f (K', B, C)``, ``J Σ⁻ Jᵀ`` ``(K', B, C, C)``, their noise state and the weights ``(K',)``
@@ -162,9 +169,9 @@ def runlength_step(parts, state: RunLengthState, prior: FilterState, X, Y, sampl
     """
     if reset == "ou":
         return _oupr_step(parts, state, prior, X, Y, sample_weight, hazard=hazard, threshold=threshold,
-                          record=record)
+                          weighted_evidence=weighted_evidence, record=record)
     if reset == "cpp-ou":
-        return _cpp_step(parts, state, X, Y, sample_weight, record=record)
+        return _cpp_step(parts, state, X, Y, sample_weight, weighted_evidence=weighted_evidence, record=record)
     log_h, log_s = _log_hazards(hazard)
     hyp = state.filter
     K = hyp.log_weights.shape[0]
@@ -185,9 +192,10 @@ def runlength_step(parts, state: RunLengthState, prior: FilterState, X, Y, sampl
         captured["f"], captured["quad"], captured["noise"] = f, quad, noise
         return None
 
-    new, _ = filter_step(parts._replace(dynamics=Dynamics()), candidates, X, Y, sample_weight, capture)
+    new, step = filter_step(parts._replace(dynamics=Dynamics()), candidates, X, Y, sample_weight, capture)
     f, quad = captured["f"], captured["quad"]
-    lp = parts.likelihood.log_predictive(f, quad, Y, captured["noise"])  # (K+1, B)
+    robust = step.weights if weighted_evidence else None
+    lp = _log_predictive(parts.likelihood, f, quad, Y, captured["noise"], robust)  # (K+1, B)
     if sample_weight is not None:  # a row of weight w counts w times in the evidence, as in the update
         lp = lp * sample_weight.to(lp.dtype)
     lp = lp.sum(-1)
@@ -225,7 +233,30 @@ def _keep(log_post, run_lengths, n_hypotheses):
     return order
 
 
-def _oupr_step(parts, state, prior, X, Y, sample_weight, *, hazard, threshold, record):
+def _log_predictive(likelihood, f, quad, Y, noise, robust):
+    """``likelihood.log_predictive`` with the robust weights when there are some."""
+    if robust is None:
+        return likelihood.log_predictive(f, quad, Y, noise)
+    return likelihood.log_predictive(f, quad, Y, noise, weights=robust)
+
+
+def _robust_weights(parts, f, quad, Y, noise):
+    """The robust weights ``W (K', B)`` of the base's weighting stage for candidates linearised
+    outside :func:`~skfilter.filtering.filter_step` (None without weighting)."""
+    weighting = parts.weighting
+    if weighting is None:
+        return None
+    likelihood = parts.likelihood
+    residual = Y - likelihood.mean(f)
+    S = likelihood.predictive_covariance(f, quad, noise)
+    if getattr(weighting, "takes_noise_covariance", False):
+        w = weighting(residual, S, likelihood.noise_covariance(f, noise))
+    else:
+        w = weighting(residual, S)
+    return torch.as_tensor(w, dtype=f.dtype, device=f.device).expand(f.shape[:-1])
+
+
+def _oupr_step(parts, state, prior, X, Y, sample_weight, *, hazard, threshold, weighted_evidence, record):
     """RL[1]-OUPR* (Alg. 10; module docstring)."""
     structure = parts.structure
     hyp = state.filter
@@ -236,7 +267,8 @@ def _oupr_step(parts, state, prior, X, Y, sample_weight, *, hazard, threshold, r
     pair = _concat(_with_axis(predicted), _with_axis(prior.belief))
     f, J = parts.adapter.forward_jacobian(pair.mean, X)
     quad = structure.quadratic_form(pair, J)
-    lp = parts.likelihood.log_predictive(f, quad, Y, noise)  # (2, B)
+    robust = _robust_weights(parts, f, quad, Y, noise) if weighted_evidence else None
+    lp = _log_predictive(parts.likelihood, f, quad, Y, noise, robust)  # (2, B)
     if sample_weight is not None:
         lp = lp * sample_weight.to(lp.dtype)
     lp = lp.sum(-1)
@@ -263,7 +295,7 @@ def _oupr_step(parts, state, prior, X, Y, sample_weight, *, hazard, threshold, r
     return RunLengthState(new_filter, run, state.log_evidence + float(log_evidence_step), 1.0 - nu), out
 
 
-def _cpp_step(parts, state, X, Y, sample_weight, *, record):
+def _cpp_step(parts, state, X, Y, sample_weight, *, weighted_evidence, record):
     """CPP-OU (module docstring): the OU shrink with the empirical-Bayes ``υ`` of :data:`CPP_GRID`."""
     structure = parts.structure
     hyp = state.filter
@@ -278,7 +310,8 @@ def _cpp_step(parts, state, X, Y, sample_weight, *, record):
         cands = _concat(cands, _with_axis(b))
     f, J = parts.adapter.forward_jacobian(cands.mean, X)
     quad = structure.quadratic_form(cands, J)
-    lp = parts.likelihood.log_predictive(f, quad, Y, noise)
+    robust = _robust_weights(parts, f, quad, Y, noise) if weighted_evidence else None
+    lp = _log_predictive(parts.likelihood, f, quad, Y, noise, robust)
     if sample_weight is not None:
         lp = lp * sample_weight.to(lp.dtype)
     lp = lp.sum(-1)

@@ -170,10 +170,11 @@ def test_wolf_regressor_with_huge_threshold_is_the_base_filter(name, weighting):
 
 
 def test_robust_noise_is_the_only_other_change():
-    """With ``robust_noise`` (default) a base with ``obs_variance='auto'`` runs with ``'robust'``;
-    with a huge threshold WoLF is then that base exactly."""
+    """With ``robust_noise=True`` a base with ``obs_variance='auto'`` runs with ``'robust'``; with
+    a huge threshold WoLF is then that base exactly (and the default, False, the base itself)."""
     X, y = _regression_stream()
-    wolf = WoLFRegressor(EKFRegressor(**_SMALL), threshold=HUGE).fit(X, y)
+    _same_belief(WoLFRegressor(EKFRegressor(**_SMALL), threshold=HUGE).fit(X, y), EKFRegressor(**_SMALL).fit(X, y))
+    wolf = WoLFRegressor(EKFRegressor(**_SMALL), threshold=HUGE, robust_noise=True).fit(X, y)
     assert wolf.estimator_.obs_variance == "robust" and wolf.estimator.obs_variance == "auto"
     _same_belief(wolf, EKFRegressor(obs_variance="robust", **_SMALL).fit(X, y))
 
@@ -571,7 +572,7 @@ def test_partial_fit_after_changing_the_base_or_robust_noise_raises():
     wolf = WoLFRegressor(base).fit(X, y)
     n = wolf.n_samples_seen_
     for change in ({"estimator": LoFiRegressor(random_state=0)}, {"estimator__hidden_layer_sizes": (3,)},
-                   {"robust_noise": False}):
+                   {"robust_noise": True}):
         est = clone(wolf).set_params(estimator=clone(base)).fit(X, y)
         est.set_params(**change)
         with pytest.raises(ValueError, match="changed"):
@@ -598,3 +599,20 @@ def test_classifier_auto_threshold_grows_with_the_classes():
     clf = WoLFClassifier(EKFClassifier(hidden_layer_sizes=(), random_state=0))
     clf.partial_fit(X[:5], np.zeros(5, dtype=int), classes=np.arange(5))  # classes, not the first labels
     assert clf.weighting_.threshold == pytest.approx(4.0)
+
+
+def test_prequential_interfaces_of_the_wrappers():
+    """prequential_fit_predict (and model_selection.prequential_predict) through WoLF: the base's
+    one-step-ahead predictions with the weights in the updates."""
+    from skfilter.model_selection import prequential_predict
+
+    X, y = _regression_stream()
+    wolf = WoLFRegressor(EKFRegressor(**_SMALL), threshold=HUGE, robust_noise=False)
+    mean, std = wolf.prequential_fit_predict(X, y, return_std=True)
+    plain_mean, plain_std = EKFRegressor(**_SMALL).prequential_fit_predict(X, y, return_std=True)
+    np.testing.assert_array_equal(mean, plain_mean)
+    np.testing.assert_array_equal(std, plain_std)
+    assert prequential_predict(WoLFRegressor(EKFRegressor(**_SMALL)), X, y).shape == y.shape
+    labels = (y > 0).astype(int)
+    proba = WoLFClassifier(EKFClassifier(**_SMALL)).prequential_fit_predict(X, labels, method="predict_proba")
+    assert proba.shape == (len(y), 2)

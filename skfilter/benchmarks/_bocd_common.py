@@ -73,14 +73,16 @@ def linear_regressor(n_inputs: int, prior_variance: float = 1.0, obs_variance: f
                         process_noise=float(process_noise))
 
 
-def bocd(base, hazard=0.01, n_hypotheses=1, reset="prior"):
-    """``BOCDClassifier`` or ``BOCDRegressor`` (by the base's kind) with ``ε = 0.5``."""
+def bocd(base, hazard=0.01, n_hypotheses=1, reset="prior", evidence="plain"):
+    """``BOCDClassifier`` or ``BOCDRegressor`` (by the base's kind) with ``ε = 0.5``; the thesis'
+    run-length evidence with ``R`` (``evidence='plain'``) unless told otherwise."""
     from sklearn.base import is_classifier
 
     from .. import BOCDClassifier, BOCDRegressor
 
     cls = BOCDClassifier if is_classifier(base) else BOCDRegressor
-    return cls(base, hazard=float(hazard), n_hypotheses=n_hypotheses, reset=reset, threshold=OUPR_THRESHOLD)
+    return cls(base, hazard=float(hazard), n_hypotheses=n_hypotheses, reset=reset, threshold=OUPR_THRESHOLD,
+               evidence=evidence)
 
 
 # -- scores ---------------------------------------------------------------------------------------

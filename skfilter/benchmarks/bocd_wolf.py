@@ -36,7 +36,7 @@ above WoLF+RL[inf]-PR*, with the MAP run length and the true changepoints.
 The thesis reports figures only: WoLF+RL[inf]-PR* has the lowest error; LG+RL[inf]-PR resets on
 outliers (over-segments); LG+C-Static is good until the first changepoint, then bad.
 
-Run as ``python -m skfilter.benchmarks bocd-wolf`` (30 runs: ~5 min); the table goes to
+Run as ``python -m skfilter.benchmarks bocd-wolf`` (30 runs: ~1 min on one thread); the table goes to
 ``--out``/bocd_wolf_table.md.
 """
 
@@ -115,7 +115,7 @@ class WeightedEvidence:
     def __getattr__(self, name):
         return getattr(self._likelihood, name)
 
-    def log_predictive(self, f, quad, Y, state=None):
+    def log_predictive(self, f, quad, Y, state=None, weights=None):
         import math
 
         import torch
@@ -271,7 +271,8 @@ def plot_rolling(rolling, path) -> Path:
         ax.plot(np.arange(len(r)), r, lw=1, label=method)
     ax.set_yscale("log")
     ax.set_xlabel("step t")
-    ax.set_ylabel(f"rolling RMSE ({WINDOW} steps), median over runs")
+    ax.set_ylabel(f"rolling RMSE ({WINDOW} steps)")
+    ax.set_title("rolling RMSE of the one-step predictions against y, median over runs", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     path = Path(path)
