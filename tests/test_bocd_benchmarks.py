@@ -196,6 +196,12 @@ def test_wolf_tiny_and_heatmap(tmp_path):
     weighted = by["WoLF+RL[inf]-PR* (R/W² evidence)"]
     assert weighted["cp"] < by["LG+RL[inf]-PR"]["cp"]
     assert weighted["rmse_mean"] < by["LG+RL[inf]-PR"]["rmse_mean"]
+    # the R/W² evidence with c → ∞ is the plain evidence
+    x, y, _, _ = bocd_wolf.make_stream(1, 40)
+    plain = bocd_wolf.run_one(bocd_wolf.make("WoLF+RL[inf]-PR*"), x, y)
+    wide = bocd_wolf.run_one(bocd_wolf.make("WoLF+RL[inf]-PR*"), x, y, weighted_evidence=1e12)
+    np.testing.assert_allclose(wide[0], plain[0], rtol=1e-9, atol=1e-9)
+    assert wide[1] == plain[1]
     # the heat-map's columns are normalised run-length posteriors
     x, y, _, _ = bocd_wolf.make_stream(0, 30)
     rls, lps, maps = bocd_wolf.runlength_trace("LG+RL[inf]-PR", x, y)

@@ -26,14 +26,15 @@ rewards of all arms as the oracle; also the expected (pseudo-)regret ``Σ_t max_
 **Tuning**: each method's hyper-parameter on one warm-up bandit (seed 10,000,
 ``--warmup-steps`` steps), lowest realised regret over :data:`GRIDS`.
 
-**Speed.** ``partial_fit`` costs ~6 ms per call for a ``BOCDClassifier`` (validation, set-up; measured
-on one thread), i.e. ~4 min per 10,000-step run; the agents therefore step the filters through
-:class:`~skfilter.benchmarks._bocd_common.Stepper` — :func:`skfilter.runlength.runlength_step` /
-:func:`skfilter.filtering.filter_step` on the estimator's engine, the same numbers as ``partial_fit``
-(tests/test_bocd_benchmarks.py) at ~1 ms per step (all four methods). One 10-arm state per arm, values shared between
-steps (the engine never modifies a state in place).
+**Speed.** ``partial_fit`` of one row costs ~6-7 ms for a ``BOCDClassifier`` (validation and set-up;
+measured on one thread of a loaded 2-core machine), i.e. ~1 min per 10,000-step run and method; the
+agents therefore step the filters through :class:`~skfilter.benchmarks._bocd_common.Stepper` —
+:func:`skfilter.runlength.runlength_step` / :func:`skfilter.filtering.filter_step` on the
+estimator's engine, the same numbers as ``partial_fit`` (tests/test_bocd_benchmarks.py) at
+0.15-0.9 ms per step (the table's last column). The arms' states are values shared between steps
+(the engine never modifies a state in place).
 
-Run as ``python -m skfilter.benchmarks bocd-bandit`` (``--runs 10``: ~15 min on one thread;
+Run as ``python -m skfilter.benchmarks bocd-bandit`` (``--runs 10``: ~4 min on one thread;
 ``--runs 100`` is the thesis' setting); the table goes to ``--out``/bocd_bandit_table.md.
 """
 

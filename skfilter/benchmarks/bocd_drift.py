@@ -226,14 +226,15 @@ def _main(args, kind) -> int:
 
     set_threads(1)
     rows, sweep_rows, _ = run(kind, runs=args.runs, sweep_runs=min(args.sweep_runs, args.runs),
-                              sweep_ks=tuple(args.sweep_ks), sweep_hazards=tuple(args.sweep_hazards), n_steps=args.steps,
-                              warmup_runs=args.warmup_runs)
+                              sweep_ks=tuple(args.sweep_ks), sweep_hazards=tuple(args.sweep_hazards),
+                              n_steps=args.steps, warmup_runs=args.warmup_runs)
     print(format_table(rows, COLUMNS))
     print()
     print(format_table(sweep_rows, sweep_columns(args.sweep_hazards)))
+    ks = " ".join(map(str, args.sweep_ks))
+    hazards = " ".join(f"{h:g}" for h in args.sweep_hazards)
     settings = (f"--runs {args.runs} --warmup-runs {args.warmup_runs} --sweep-runs "
-                f"{min(args.sweep_runs, args.runs)} --steps {args.steps} --sweep-ks {' '.join(map(str, args.sweep_ks))} --sweep-hazards "
-                f"{' '.join(f'{h:g}' for h in args.sweep_hazards)}")
+                f"{min(args.sweep_runs, args.runs)} --steps {args.steps} --sweep-ks {ks} --sweep-hazards {hazards}")
     path = write_markdown(args.out / f"bocd_{kind}_table.md", kind, rows, sweep_rows, args.sweep_hazards, settings)
     print(f"  table written to {path}")
     return 0

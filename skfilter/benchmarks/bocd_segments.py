@@ -38,7 +38,7 @@ tails; OUPR*'s 100-trial RMSE not printed; single run: OUPR* 0.2755, MMPR 0.4540
 The stream is stepped row by row with :class:`~skfilter.benchmarks._bocd_common.Stepper` (the run
 length after every row; same numbers as ``partial_fit`` per row at a fraction of the cost).
 
-Run as ``python -m skfilter.benchmarks bocd-segments`` (100 trials: ~6 min); the table goes to
+Run as ``python -m skfilter.benchmarks bocd-segments`` (100 trials: ~2-3 min on one thread); the table goes
 ``--out``/bocd_segments_table.md.
 """
 
