@@ -17,8 +17,11 @@ the true jump rate):
 * ``LG+RL[inf]-PR`` — exact BOCD: ``BOCDRegressor(base, n_hypotheses=None)`` (all run lengths kept);
 * ``WoLF+RL[inf]-PR*`` — the same over ``WoLFRegressor(base, weighting='imq', threshold=4)``: every
   hypothesis learns with the IMQ-weighted likelihood (eq. 4.49, ``W = (1 + (y − ŷ)²/c²)^{−1/2}``,
-  ``c = 4``) while the run-length posterior uses each hypothesis' plain predictive density (with
-  ``R``, not ``R / W²``: spec/wolf-subspace-pulse.md §6.19).
+  ``c = 4``). The thesis does not say which noise the run-length evidence ``p(y_t | r_t, …)`` uses
+  (spec/wolf-subspace-pulse.md §6.19), so both rows: ``evidence='plain'`` — each hypothesis'
+  predictive with ``R`` (eq. 3.51 unchanged) — and ``evidence='weighted'`` (the estimators'
+  default) — with ``R / W²`` at the hypothesis' own residual, the predictive of WoLF's weighted
+  likelihood, so that an outlier the weights discount is no evidence for a new regime.
 
 **Metrics** over ``--runs`` streams (seeds ``0 …``): the RMSE of the one-step-ahead predictions
 against the observed ``y`` over the whole stream ("final RMSE", thesis Fig. 4.10 right; mean, sd,
@@ -30,8 +33,8 @@ over runs, figure ``--out``/img/bocd_wolf_rmse.png).
 
 **Figure** ``--out``/img/bocd_runlength.png (Fig. 4.11): one stream (seed 0) learned by
 ``partial_fit`` one row at a time; after each row the estimator's ``run_lengths_`` and
-``runlength_log_posterior_`` give the column ``log p(r_t | y_{1:t})`` of the heat-map, LG+RL[inf]-PR
-above WoLF+RL[inf]-PR*, with the MAP run length and the true changepoints.
+``runlength_log_posterior_`` give the column ``log p(r_t | y_{1:t})`` of the heat-map, one panel per
+run-length method, with the MAP run length and the true changepoints.
 
 The thesis reports figures only: WoLF+RL[inf]-PR* has the lowest error; LG+RL[inf]-PR resets on
 outliers (over-segments); LG+C-Static is good until the first changepoint, then bad.
@@ -58,7 +61,7 @@ PRIOR_VARIANCE = 3.0
 IMQ_C = 4.0
 DOF = 2.01
 WINDOW = 10
-METHODS = ("LG+C-Static", "LG+RL[inf]-PR", "WoLF+RL[inf]-PR*", "WoLF+RL[inf]-PR* (R/W² evidence)")
+METHODS = ("LG+C-Static", "LG+RL[inf]-PR", "WoLF+RL[inf]-PR* (evidence R)", "WoLF+RL[inf]-PR* (evidence R/W²)")
 
 
 def make_stream(seed: int, n_steps: int = N_STEPS, p_jump: float = 0.01, dof: float = DOF):
@@ -91,39 +94,11 @@ def make(method: str, hazard: float = HAZARD, c: float = IMQ_C):
         return base
     if method == "LG+RL[inf]-PR":
         return bocd(base, hazard, None, "prior")
-    if method in ("WoLF+RL[inf]-PR*", "WoLF+RL[inf]-PR* (R/W² evidence)"):
-        return bocd(WoLFRegressor(base, weighting="imq", threshold=c), hazard, None, "prior")
+    if method == "WoLF+RL[inf]-PR* (evidence R)":
+        return bocd(WoLFRegressor(base, weighting="imq", threshold=c), hazard, None, "prior", evidence="plain")
+    if method == "WoLF+RL[inf]-PR* (evidence R/W²)":
+        return bocd(WoLFRegressor(base, weighting="imq", threshold=c), hazard, None, "prior", evidence="weighted")
     raise ValueError(f"unknown method {method!r}")
-
-
-class WeightedEvidence:
-    """A likelihood whose run-length evidence uses the down-weighted noise ``R / W²`` (benchmark-side
-    variant; spec/wolf-subspace-pulse.md §6.19 asks for this as an option of the run-length filter,
-    default ``R``; skfilter.runlength has only the default). Everything but :meth:`log_predictive` is
-    the wrapped likelihood's.
-
-    ``log p(y | r) = log N(y; f_r, J Σ_r Jᵀ + R / W²)`` with ``W² = c² / (c² + (y − f_r)²)`` (the IMQ
-    weight of eq. 4.5 at the hypothesis' own prior-predictive residual): an observation far from
-    every hypothesis' prediction no longer counts as evidence for the changepoint hypothesis, whose
-    prior predictive is the widest.
-    """
-
-    def __init__(self, likelihood, c: float):
-        self._likelihood = likelihood
-        self._c2 = float(c) ** 2
-
-    def __getattr__(self, name):
-        return getattr(self._likelihood, name)
-
-    def log_predictive(self, f, quad, Y, state=None, weights=None):
-        import math
-
-        import torch
-
-        e = (Y - f)[..., 0]
-        r = self._likelihood.noise_covariance(f, state)[..., 0, 0]
-        v = quad[..., 0, 0] + r * (self._c2 + e * e) / self._c2  # R / W²
-        return -0.5 * (e * e / v + torch.log(v) + math.log(2 * math.pi))
 
 
 def rolling_rmse(err, window: int = WINDOW):
@@ -134,12 +109,9 @@ def rolling_rmse(err, window: int = WINDOW):
     return np.sqrt((e2[t] - e2[lo]) / (t - lo))
 
 
-def run_one(est, x, y, weighted_evidence=None):
-    """``(predictions, detected changepoints)`` of one stream, row by row (the mixture's mean);
-    ``weighted_evidence=c``: the run-length evidence with ``R / W²`` (:class:`WeightedEvidence`)."""
+def run_one(est, x, y):
+    """``(predictions, detected changepoints)`` of one stream, row by row (the mixture's mean)."""
     st = Stepper(est, features(x), y)
-    if weighted_evidence is not None:  # the R/W² evidence variant (WeightedEvidence)
-        st.parts = st.parts._replace(likelihood=WeightedEvidence(st.parts.likelihood, weighted_evidence))
     pred = np.empty(len(y))
     detected = 0
     for i in range(len(y)):
@@ -157,7 +129,7 @@ def run(runs: int = 30, n_steps: int = N_STEPS, methods=METHODS, progress=print)
         t0 = time.perf_counter()
         rmse_y, rmse_mean, cps, roll = [], [], [], []
         for x, y, mean, _ in streams:
-            pred, detected = run_one(make(method), x, y, IMQ_C if "R/W²" in method else None)
+            pred, detected = run_one(make(method), x, y)
             rmse_y.append(float(np.sqrt(np.mean((pred - y) ** 2))))
             rmse_mean.append(float(np.sqrt(np.mean((pred - mean) ** 2))))
             cps.append(detected)
@@ -182,22 +154,11 @@ COLUMNS = [("method", "method", ""), ("rmse", "RMSE vs y (mean)", ".3f"), ("rmse
 
 
 def runlength_trace(method, x, y):
-    """``(run_lengths, log_posteriors, map)`` after every row: collected from the estimator's
-    ``run_lengths_``, ``runlength_log_posterior_`` and ``map_run_length_`` by ``partial_fit`` per row;
-    the benchmark-side ``R/W²`` variant, which no estimator option gives, from the
-    :class:`~skfilter.benchmarks._bocd_common.Stepper`."""
+    """``(run_lengths, log_posteriors, map)`` after every row, collected from the estimator's
+    ``run_lengths_``, ``runlength_log_posterior_`` and ``map_run_length_`` by ``partial_fit`` per row."""
     X = features(x)
     est = make(method)
     rls, lps, maps = [], [], []
-    if "R/W²" in method:
-        st = Stepper(est, X, y)
-        st.parts = st.parts._replace(likelihood=WeightedEvidence(st.parts.likelihood, IMQ_C))
-        for i in range(len(y)):
-            st.step(i)
-            rls.append(st.run_lengths)
-            lps.append(st.log_posterior)
-            maps.append(st.map_run_length)
-        return rls, lps, np.array(maps)
     for i in range(len(y)):
         est.partial_fit(X[i:i + 1], y[i:i + 1])
         rls.append(est.run_lengths_)
