@@ -15,7 +15,11 @@ Reset rules (``reset``):
 * ``'prior'`` — RL[K]-PR: Bayesian online changepoint detection keeping the ``n_hypotheses`` most
   probable run lengths (``None``: all, exact BOCD; ``1``: the greedy RL[1]-PR);
 * ``'moment-matched'`` — RL[K]-MMPR: a new regime starts from the Gaussian moment-matched to the
-  mixture (dependence across regimes; full and diagonal structures);
+  mixture (dependence across regimes; full and diagonal structures). With a model that does not
+  depend on the run length — every skfilter model: the thesis' E3.5 re-centres its features at the
+  segment start — all hypotheses then hold the same belief (the matched restart of identical beliefs
+  is that belief), so the mixture predicts as the base filter and its run-length posterior reflects
+  the hazard only (``python -m skfilter.benchmarks bocd-segments``);
 * ``'ou'`` — RL[1]-OUPR*: one hypothesis, shrunk towards the prior by the probability that the regime
   continues, or reset when that probability is at most ``threshold`` (the thesis' best method on its
   drifting-classification and forecasting benchmarks);
