@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone
 from sklearn.utils import get_tags
+from sklearn.utils.validation import check_is_fitted
 
 from ._validation import _same_value
 
@@ -132,3 +133,100 @@ class FilterMetaEstimator(MetaEstimatorMixin, BaseEstimator):
         tags.target_tags.multi_output = base.target_tags.multi_output
         tags.non_deterministic = base.non_deterministic
         return tags
+
+
+class PredictingRegressorMixin:
+    """``predict`` and ``sample_y`` of a regression wrapper: those of its fitted filter, whose belief
+    the wrapper shaped (WoLF: learned with weights; BOCD: a run-length mixture)."""
+
+    #: the attribute that shows the wrapper is fitted
+    _fitted_attribute = "estimator_"
+
+    def predict(self, X, return_std=False, include_noise=True):
+        """The posterior-predictive mean (and standard deviation) of ``y``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        return_std : bool, default=False
+        include_noise : bool, default=True
+            Whether the standard deviation includes the observation noise.
+
+        Returns
+        -------
+        y_mean : ndarray of shape (n_samples,) or (n_samples, n_outputs)
+        y_std : ndarray, only with ``return_std``
+        """
+        check_is_fitted(self, self._fitted_attribute)
+        return self.estimator_.predict(X, return_std=return_std, include_noise=include_noise)
+
+    def sample_y(self, X, n_samples=1, random_state=None):
+        """Draws from the posterior predictive of ``y`` (for a mixture: a hypothesis by its weight,
+        then ``θ`` from it, then ``y``).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples_X, n_features)
+        n_samples : int, default=1
+        random_state : int, RandomState instance or None, default=None
+
+        Returns
+        -------
+        y_samples : ndarray of shape (n_samples_X, n_samples) or (n_samples_X, n_outputs, n_samples)
+        """
+        check_is_fitted(self, self._fitted_attribute)
+        return self.estimator_.sample_y(X, n_samples=n_samples, random_state=random_state)
+
+
+class PredictingClassifierMixin:
+    """``classes_``, ``predict_proba``, ``predict_log_proba`` and ``predict`` of a classification
+    wrapper: those of its fitted filter."""
+
+    _fitted_attribute = "estimator_"
+
+    @property
+    def classes_(self):
+        """The class labels."""
+        return self.estimator_.classes_
+
+    def predict_proba(self, X):
+        """The posterior-predictive class probabilities.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        proba : ndarray of shape (n_samples, n_classes)
+        """
+        check_is_fitted(self, self._fitted_attribute)
+        return self.estimator_.predict_proba(X)
+
+    def predict_log_proba(self, X):
+        """Logarithm of :meth:`predict_proba`.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        log_proba : ndarray of shape (n_samples, n_classes)
+        """
+        check_is_fitted(self, self._fitted_attribute)
+        return self.estimator_.predict_log_proba(X)
+
+    def predict(self, X):
+        """The most probable class.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        y : ndarray of shape (n_samples,)
+        """
+        check_is_fitted(self, self._fitted_attribute)
+        return self.estimator_.predict(X)

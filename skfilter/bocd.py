@@ -42,7 +42,7 @@ import torch
 from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
-from ._meta import FilterMetaEstimator, is_filter
+from ._meta import FilterMetaEstimator, PredictingClassifierMixin, PredictingRegressorMixin, is_filter
 from ._utils import to_numpy
 from .exceptions import FilterStepError
 from .filtering import FilterState
@@ -51,6 +51,36 @@ from .runlength import RESETS, RunLengthState, initial_state, run_runlength
 
 class _BOCDMeta(FilterMetaEstimator):
     """Shared machinery of the run-length meta-estimators (module docstring)."""
+
+    #: the wrappers' predictions need the run-length state
+    _fitted_attribute = "runlength_state_"
+
+    def __init__(self, estimator=None, *, hazard=0.01, n_hypotheses=10, reset="prior", threshold=0.5,
+                 evidence="weighted"):
+        self.estimator = estimator
+        self.hazard = hazard
+        self.n_hypotheses = n_hypotheses
+        self.reset = reset
+        self.threshold = threshold
+        self.evidence = evidence
+
+    def fit(self, X, y, sample_weight=None):
+        """Learn the stream ``(X, y)`` from the prior, in row order, as a run-length mixture.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+            Targets (class labels for a classifier).
+        sample_weight : array-like of shape (n_samples,), default=None
+
+        Returns
+        -------
+        self : object
+        """
+        self._run(X, y, sample_weight, first=True)
+        return self
+
 
     # -- parameters ---------------------------------------------------------------------------
     def _check_params(self):
@@ -216,7 +246,7 @@ _ATTRIBUTES_DOC = """estimator_ : estimator
     n_samples_seen_ : int"""
 
 
-class BOCDRegressor(RegressorMixin, _BOCDMeta):
+class BOCDRegressor(RegressorMixin, PredictingRegressorMixin, _BOCDMeta):
     """Regression on non-stationary streams: a skfilter regressor as a run-length mixture (BOCD).
 
     Parameters
@@ -251,35 +281,10 @@ class BOCDRegressor(RegressorMixin, _BOCDMeta):
 
     _kind = "regressor"
 
-    def __init__(self, estimator=None, *, hazard=0.01, n_hypotheses=10, reset="prior", threshold=0.5,
-                 evidence="weighted"):
-        self.estimator = estimator
-        self.hazard = hazard
-        self.n_hypotheses = n_hypotheses
-        self.reset = reset
-        self.threshold = threshold
-        self.evidence = evidence
-
     def _default_estimator(self):
         from .lofi import LoFiRegressor
 
         return LoFiRegressor()
-
-    def fit(self, X, y, sample_weight=None):
-        """Learn the stream ``(X, y)`` from the prior, in row order, as a run-length mixture.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
-        sample_weight : array-like of shape (n_samples,), default=None
-
-        Returns
-        -------
-        self : object
-        """
-        self._run(X, y, sample_weight, first=True)
-        return self
 
     def partial_fit(self, X, y, sample_weight=None):
         """Continue the stream with ``(X, y)``.
@@ -296,40 +301,6 @@ class BOCDRegressor(RegressorMixin, _BOCDMeta):
         """
         self._run(X, y, sample_weight, first=not hasattr(self, "runlength_state_"))
         return self
-
-    def predict(self, X, return_std=False, include_noise=True):
-        """The mixture's predictive mean (and standard deviation) of ``y``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        return_std : bool, default=False
-        include_noise : bool, default=True
-            Whether the standard deviation includes the observation noise.
-
-        Returns
-        -------
-        y_mean : ndarray of shape (n_samples,) or (n_samples, n_outputs)
-        y_std : ndarray, only with ``return_std``
-        """
-        check_is_fitted(self, "runlength_state_")
-        return self.estimator_.predict(X, return_std=return_std, include_noise=include_noise)
-
-    def sample_y(self, X, n_samples=1, random_state=None):
-        """Draws from the mixture: a hypothesis by its weight, then ``θ`` from it, then ``y``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples_X, n_features)
-        n_samples : int, default=1
-        random_state : int, RandomState instance or None, default=None
-
-        Returns
-        -------
-        y_samples : ndarray of shape (n_samples_X, n_samples) or (n_samples_X, n_outputs, n_samples)
-        """
-        check_is_fitted(self, "runlength_state_")
-        return self.estimator_.sample_y(X, n_samples=n_samples, random_state=random_state)
 
     def prequential_fit_predict(self, X, y, *, return_std=False, method="predict", sample_weight=None,
                                 classes=None):
@@ -362,7 +333,7 @@ class BOCDRegressor(RegressorMixin, _BOCDMeta):
         return mean, std
 
 
-class BOCDClassifier(ClassifierMixin, _BOCDMeta):
+class BOCDClassifier(ClassifierMixin, PredictingClassifierMixin, _BOCDMeta):
     """Classification on non-stationary streams: a skfilter classifier as a run-length mixture.
 
     Parameters
@@ -393,35 +364,10 @@ class BOCDClassifier(ClassifierMixin, _BOCDMeta):
 
     _kind = "classifier"
 
-    def __init__(self, estimator=None, *, hazard=0.01, n_hypotheses=10, reset="prior", threshold=0.5,
-                 evidence="weighted"):
-        self.estimator = estimator
-        self.hazard = hazard
-        self.n_hypotheses = n_hypotheses
-        self.reset = reset
-        self.threshold = threshold
-        self.evidence = evidence
-
     def _default_estimator(self):
         from .lofi import LoFiClassifier
 
         return LoFiClassifier()
-
-    def fit(self, X, y, sample_weight=None):
-        """Learn the stream ``(X, y)`` from the prior, in row order, as a run-length mixture.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,)
-        sample_weight : array-like of shape (n_samples,), default=None
-
-        Returns
-        -------
-        self : object
-        """
-        self._run(X, y, sample_weight, first=True)
-        return self
 
     def partial_fit(self, X, y, classes=None, sample_weight=None):
         """Continue the stream with ``(X, y)``.
@@ -443,53 +389,6 @@ class BOCDClassifier(ClassifierMixin, _BOCDMeta):
             raise ValueError("classes must be passed on the first call to partial_fit.")
         self._run(X, y, sample_weight, first=first, classes=classes)
         return self
-
-    @property
-    def classes_(self):
-        """The class labels."""
-        return self.estimator_.classes_
-
-    def predict_proba(self, X):
-        """The mixture's class probabilities.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        proba : ndarray of shape (n_samples, n_classes)
-        """
-        check_is_fitted(self, "runlength_state_")
-        return self.estimator_.predict_proba(X)
-
-    def predict_log_proba(self, X):
-        """Logarithm of :meth:`predict_proba`.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        log_proba : ndarray of shape (n_samples, n_classes)
-        """
-        check_is_fitted(self, "runlength_state_")
-        return self.estimator_.predict_log_proba(X)
-
-    def predict(self, X):
-        """The most probable class under the mixture.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        y : ndarray of shape (n_samples,)
-        """
-        check_is_fitted(self, "runlength_state_")
-        return self.estimator_.predict(X)
 
     def prequential_fit_predict(self, X, y, *, return_std=False, method="predict", sample_weight=None,
                                 classes=None):

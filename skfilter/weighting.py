@@ -43,6 +43,7 @@ grid, for any weighting function.
 
 from __future__ import annotations
 
+import abc
 import numbers
 
 import numpy as np
@@ -75,7 +76,7 @@ def _imq(q):
     return torch.rsqrt(1.0 + q)
 
 
-class WeightingFunction:
+class WeightingFunction(abc.ABC):
     """Base class: a weight ``W ∈ [0, 1]`` per row from the prior-predictive residual (module
     docstring). Subclasses implement :meth:`weights`.
 
@@ -99,8 +100,9 @@ class WeightingFunction:
     def __call__(self, residual, predictive_covariance=None, noise_covariance=None):
         return self.weights(residual, predictive_covariance, noise_covariance)
 
+    @abc.abstractmethod
     def weights(self, residual, predictive_covariance, noise_covariance):
-        raise NotImplementedError
+        """``W (..., n)`` of the rows (module docstring for the arguments)."""
 
     def __repr__(self):
         return f"{type(self).__name__}(threshold={self.threshold!r})"

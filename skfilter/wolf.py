@@ -26,7 +26,7 @@ import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
-from ._meta import FilterMetaEstimator, is_filter
+from ._meta import FilterMetaEstimator, PredictingClassifierMixin, PredictingRegressorMixin, is_filter
 from .exceptions import FilterStepError
 from .priors import target_scale
 from .weighting import WEIGHTINGS, WeightingFunction, make_weighting
@@ -194,7 +194,7 @@ default=DEFAULT
         PMD_AUTO; for ``'tmd'`` ``c = 16`` (the squared distance). Ignored for a callable."""
 
 
-class WoLFRegressor(RegressorMixin, _WoLFMeta):
+class WoLFRegressor(RegressorMixin, PredictingRegressorMixin, _WoLFMeta):
     """Outlier-robust regression: a skfilter regressor learning with WoLF's weighted likelihood.
 
     Parameters
@@ -280,40 +280,6 @@ class WoLFRegressor(RegressorMixin, _WoLFMeta):
         self._run("partial_fit", X, y, sample_weight, first=not hasattr(self, "estimator_"))
         return self
 
-    def predict(self, X, return_std=False, include_noise=True):
-        """The base filter's posterior-predictive mean (and standard deviation).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        return_std : bool, default=False
-        include_noise : bool, default=True
-            Include the observation noise in the standard deviation.
-
-        Returns
-        -------
-        y_mean : ndarray of shape (n_samples,) or (n_samples, n_outputs)
-        y_std : ndarray, only with ``return_std``
-        """
-        check_is_fitted(self, "estimator_")
-        return self.estimator_.predict(X, return_std=return_std, include_noise=include_noise)
-
-    def sample_y(self, X, n_samples=1, random_state=None):
-        """Draws from the base filter's posterior predictive (see its ``sample_y``).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples_X, n_features)
-        n_samples : int, default=1
-        random_state : int, RandomState instance or None, default=None
-
-        Returns
-        -------
-        y_samples : ndarray of shape (n_samples_X, n_samples) or (n_samples_X, n_outputs, n_samples)
-        """
-        check_is_fitted(self, "estimator_")
-        return self.estimator_.sample_y(X, n_samples=n_samples, random_state=random_state)
-
     def prequential_fit_predict(self, X, y, *, return_std=False, method="predict", sample_weight=None,
                                 classes=None):
         """Fit from the prior with the robust weighting and return every row's one-step-ahead
@@ -342,7 +308,7 @@ class WoLFRegressor(RegressorMixin, _WoLFMeta):
         return self.estimator_.obs_variance_
 
 
-class WoLFClassifier(ClassifierMixin, _WoLFMeta):
+class WoLFClassifier(ClassifierMixin, PredictingClassifierMixin, _WoLFMeta):
     """Label-noise-robust classification: a skfilter classifier learning with a WoLF weight.
 
     The thesis defines WoLF for regression only. Here the weight of a row is the IMQ of the
@@ -422,53 +388,6 @@ class WoLFClassifier(ClassifierMixin, _WoLFMeta):
         """
         self._run("partial_fit", X, y, sample_weight, first=not hasattr(self, "estimator_"), classes=classes)
         return self
-
-    @property
-    def classes_(self):
-        """The class labels."""
-        return self.estimator_.classes_
-
-    def predict_proba(self, X):
-        """The base filter's posterior-predictive class probabilities.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        proba : ndarray of shape (n_samples, n_classes)
-        """
-        check_is_fitted(self, "estimator_")
-        return self.estimator_.predict_proba(X)
-
-    def predict_log_proba(self, X):
-        """Logarithm of :meth:`predict_proba`.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        log_proba : ndarray of shape (n_samples, n_classes)
-        """
-        check_is_fitted(self, "estimator_")
-        return self.estimator_.predict_log_proba(X)
-
-    def predict(self, X):
-        """Most probable class.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        y : ndarray of shape (n_samples,)
-        """
-        check_is_fitted(self, "estimator_")
-        return self.estimator_.predict(X)
 
     def prequential_fit_predict(self, X, y, *, return_std=False, method="predict", sample_weight=None,
                                 classes=None):
