@@ -68,9 +68,9 @@ def test_demo_score_uses_the_metrics_and_survives_bad_predictions():
 
 def test_speed_tiny_returns_finite_numbers(tmp_path):
     path = tmp_path / "speed.json"
-    res = speed.run_speed(n_rows=4, repeats=1, verbose=False, json_path=path)
+    res = speed.run_speed(n_rows=4, repeats=1, verbose=False, json_path=path, suites=["concrete"])
     names = [r["config"] for r in res["results"]]
-    assert names == [c.name for c in speed.CONFIGS] + ["MLPRegressor.partial_fit"]
+    assert names == ["MLPRegressor.partial_fit"] + [c.name for c in speed.CONFIGS]
     for r in res["results"]:
         assert r["error"] is None, r
         for key in ("us_per_row", "us_per_step", "ratio_vs_mlp"):
@@ -78,7 +78,7 @@ def test_speed_tiny_returns_finite_numbers(tmp_path):
         assert r["n_params"] == 501
     saved = json.loads(path.read_text())
     assert {"environment", "settings", "results"} <= set(saved)
-    assert saved["results"][0]["target_us"] == 400.0
+    assert saved["results"][1]["config"] == "EKF full" and saved["results"][1]["target_us"] == 200.0
 
 
 def test_speed_cli_parses_and_rejects_unknown_config(tmp_path, capsys):
@@ -100,10 +100,10 @@ def test_speed_mnist_network_on_a_small_classifier():
     cfg = speed.lofi_classifier_config(2, 0.01, hidden=(6,))
     res = speed.run_speed(configs=[cfg], n_rows=3, repeats=1, verbose=False, network="mnist")
     rows = {r["config"]: r for r in res["results"]}
-    assert set(rows) == {"LoFi r2 clf", "MLPClassifier.partial_fit"}
+    assert set(rows) == {"LoFi r2 clf", "MLPClassifier.partial_fit", "MLPRegressor.partial_fit"}
     assert rows["LoFi r2 clf"]["error"] is None and rows["LoFi r2 clf"]["n_params"] == 785 * 6 + 7 * 10
     assert math.isfinite(rows["LoFi r2 clf"]["ratio_vs_mlp"])
-    assert res["settings"]["model"] == "MLP 784-500-500-10 ReLU"
+    assert res["settings"]["suites"] == ["mnist"] and "784-500-500-10" in res["settings"]["mnist_model"]
     assert speed.MNIST_CONFIGS[0].make("cpu", "float64", 0, 1).hidden_layer_sizes == (500, 500)
     with pytest.raises(ValueError, match="network"):
         speed.run_speed(network="imagenet", verbose=False)

@@ -205,6 +205,98 @@ def time_repeats(fn, repeats: int = 5, warmup: int = 1, device="cpu"):
     return times
 
 
+def resource_usage() -> dict:
+    """CPU times, page faults and peak memory of this process so far (the counters of
+    :func:`resource.getrusage`; CPU times from :func:`os.times` and fault counts ``None`` where the
+    platform has no :mod:`resource` module, e.g. Windows).
+
+    Returns
+    -------
+    dict
+        ``user_s``, ``system_s`` (CPU seconds, all threads), ``minflt``, ``majflt`` (minor and major
+        page faults), ``maxrss_mb`` (peak resident set size in MiB).
+    """
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - Windows
+        t = os.times()
+        return {"user_s": t.user, "system_s": t.system, "minflt": None, "majflt": None, "maxrss_mb": None}
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    # ru_maxrss is in KiB on Linux, in bytes on macOS
+    scale = 1 / 2**20 if platform.system() == "Darwin" else 1 / 2**10
+    return {"user_s": ru.ru_utime, "system_s": ru.ru_stime, "minflt": ru.ru_minflt, "majflt": ru.ru_majflt,
+            "maxrss_mb": ru.ru_maxrss * scale}
+
+
+def usage_delta(before: dict, after: dict) -> dict:
+    """Difference of two :func:`resource_usage` snapshots (``None`` where either is ``None``);
+    ``maxrss_mb`` becomes ``maxrss_growth_mb``, the rise of the peak resident set size."""
+    out = {}
+    for key in ("user_s", "system_s", "minflt", "majflt", "maxrss_mb"):
+        a, b = before.get(key), after.get(key)
+        out["maxrss_growth_mb" if key == "maxrss_mb" else key] = None if a is None or b is None else b - a
+    return out
+
+
+def time_repeats_usage(fn, repeats: int = 5, warmup: int = 1, device="cpu"):
+    """:func:`time_repeats` that also reports the process's resource use over the timed runs.
+
+    Minor page faults and system CPU time per call reveal allocation churn: a step that allocates
+    fresh large buffers (and frees them) faults in new pages every time, which shows as system time
+    even when the peak memory does not grow.
+
+    Parameters
+    ----------
+    fn : callable
+    repeats : int, default=5
+    warmup : int, default=1
+    device : str or torch.device, default='cpu'
+
+    Returns
+    -------
+    times : list of float
+        Seconds per timed run.
+    usage : dict
+        :func:`usage_delta` over all the timed runs together (warm-up excluded).
+    """
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    before = resource_usage()
+    times = time_repeats(fn, repeats=repeats, warmup=0, device=device)
+    return times, usage_delta(before, resource_usage())
+
+
+def machine_info() -> dict:
+    """CPU model and the thread settings of the BLAS/OpenMP libraries, to store beside timings
+    (complements :func:`environment`).
+
+    Returns
+    -------
+    dict
+        ``cpu_model`` (from ``/proc/cpuinfo`` on Linux, else :func:`platform.processor`), ``system``,
+        ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``, ``OPENBLAS_NUM_THREADS`` (the environment
+        variables, ``None`` when unset), ``torch_interop_threads``.
+    """
+    import torch
+
+    model = None
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    info = {"cpu_model": model or platform.processor() or platform.machine(),
+            "system": f"{platform.system()} {platform.release()}"}
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        info[var] = os.environ.get(var)
+    info["torch_interop_threads"] = torch.get_num_interop_threads()
+    return info
+
+
 def median(values):
     """Median of a non-empty sequence (``nan`` if empty)."""
     return statistics.median(values) if len(values) else float("nan")

@@ -1,32 +1,62 @@
-"""Microseconds per filter step on the UCI concrete MLP 8-50-1 (``P = 501``), beside scikit-learn.
+"""Speed of the filters on the workloads of issue 18, each beside scikit-learn timed in the same process.
 
-Each configuration of :data:`CONFIGS` (a named estimator and batch size) is fitted on a short
-warm-up stream (which builds the model and runs the first steps), then timed while
-``partial_fit`` learns ``--n-rows`` further rows of the standardised concrete stream in one call;
-the time per row is the median over ``--repeats`` such calls (each continues the same belief). The
-per-call input validation is included, amortised over the rows. The baseline, scikit-learn's
-``MLPRegressor(hidden_layer_sizes=(50,)).partial_fit`` on one row per call (always on the CPU), is
-timed the same way in the same process. Targets are the per-step budgets of the project (full
-covariance ≤ 400 µs, diagonal ≤ 150 µs at batch size 1, float64, CPU).
+Every figure is reported next to the reference unit, scikit-learn's
+``MLPRegressor(hidden_layer_sizes=(50,)).partial_fit`` on one row per call of the concrete stream
+(``P = 501``, float64, CPU), measured in the same run: absolute microseconds vary with the machine
+and its load, ratios much less. The targets of issue 18 were set when that reference took
+:data:`ISSUE_MLP_US` = 561 µs/row, so each absolute target is also given as a ratio to it (LoFi-10
+≤ 70 µs = 0.125×). Sections (``--suite``; the default runs the cheap ones, about half a minute):
 
-To benchmark another structure, append a :class:`SpeedConfig` to :data:`CONFIGS` (e.g. LoFi rank
-10); ``--batch-sizes 1 8 32`` times every configuration at each batch size (:func:`with_batch_sizes`).
+``concrete``
+    µs per filter step on the UCI concrete MLP 8-50-1 (``P = 501``), one row per step, for
+    :data:`CONFIGS`: EKF full/VD/FD, LoFi rank 10, and LoFi rank 10 with the online noise estimate
+    (``obs_variance='adaptive'``) and with process noise (``process_noise=1e-4``), the last two also
+    as added µs and % over plain LoFi rank 10 (target ≤ +10 %). Each estimator is fitted on a
+    warm-up stream of :data:`WARMUP_ROWS` rows, then timed while ``partial_fit`` learns ``--n-rows``
+    further rows in one call (the median over ``--repeats`` calls, each continuing the belief).
+``streaming``
+    A river-style loop, ``predict(x_t)`` then ``partial_fit(x_t, y_t)`` with one 1×D row per call,
+    for LoFi rank 10: µs/row, and its overhead over the in-loop step, the same rows inside
+    :func:`~skfilter.model_selection.prequential_predict` (which also predicts every row before
+    learning it; target ≤ 100 µs/row); the overhead over one ``partial_fit`` call of the rows is
+    also stored. The same loop of ``MLPRegressor`` for reference.
+``digits``
+    ``LoFiClassifier().fit(X, y)`` on scikit-learn's digits (1,797 rows, 64 raw features, 10
+    classes; the default MLP), wall seconds (median of ``--fit-repeats`` fits from scratch), beside
+    ``MLPClassifier().fit(X, y)`` (target: no slower).
+``digits-ekf`` (not in the default run: a fit takes about a minute)
+    ``EKFClassifier().fit(X, y)`` on digits (full covariance, ``P = 3,760``), beside its BLAS floor:
+    two ``(P, P) @ (P, C)`` products per row (``C = 10``), timed with torch and numpy in the same
+    dtype in the same process, the faster one times the number of rows (target ≤ 1.5×).
+``mnist`` (not in the default run; also ``--network mnist``)
+    LoFi rank 10 on the 784-500-500-10 classification MLP of the LoFi paper's image experiments
+    (``P = 648,010``), on a synthetic stream of 784 standard-normal features and ten classes (the
+    cost does not depend on the data), ms/step (target ≤ 20 ms, float32 ≤ 10 ms, on a GPU ≤ 0.14 ms),
+    beside ``MLPClassifier((500, 500)).partial_fit``. Default 10 timed rows per call.
 
-``--network mnist`` times LoFi rank 10 on the 784-500-500-10 classification MLP of the LoFi paper's
-image experiments (``P = 648,010``) instead, on a synthetic stream of 784 standard-normal features
-with ten classes (the timing does not depend on the data), beside
-``MLPClassifier((500, 500)).partial_fit``; with ``--device cuda`` this is the GPU measurement of
-spec/lofi.md §5 (use small ``--n-rows``/``--repeats`` on a CPU: a step there takes tens of ms).
+Every row also gets the process's minor page faults per step and the system-CPU share of the timed
+calls (:func:`~skfilter.benchmarks._common.time_repeats_usage`): a step that allocates fresh large
+buffers faults new pages in every time, which shows there even when the peak memory stays flat.
 
-Run as ``python -m skfilter.benchmarks speed`` (``make bench``).
+``--dtype float32`` applies to every filter (the scikit-learn references stay float64); ``--threads``
+(default 1) sets torch's threads and, through threadpoolctl, those of the BLAS libraries numpy and
+scikit-learn call. ``--json [PATH]`` writes the record (environment, machine, settings, rows),
+``--markdown [PATH]`` the table. To time another structure, append a :class:`SpeedConfig` to
+:data:`CONFIGS`; ``--batch-sizes 1 8 32`` times every per-step configuration at each batch size.
+
+Run as ``python -m skfilter.benchmarks speed`` (``make bench``); doc/speed.md has the protocol.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
+import shlex
+import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,22 +69,52 @@ from ._common import (
     format_table,
     load_stream,
     load_warning,
+    machine_info,
     median,
     positive_int,
     synchronize,
-    time_repeats,
+    time_repeats_usage,
     torch_threads,
 )
 
-HELP = "µs per filter step (EKF full/vd/fd, MLP 8-50-1, P=501) vs MLPRegressor.partial_fit"
+HELP = ("issue 18's speed workloads (EKF/LoFi per step at P=501, streaming loop, digits fits, P=648,010) "
+        "vs MLPRegressor.partial_fit")
 
-#: rows fitted before timing (builds the model, runs the first steps)
+#: rows fitted before timing on the concrete stream (builds the model, runs the first steps)
 WARMUP_ROWS = 50
+#: rows fitted before timing on the synthetic 784-d stream (every class once)
+MNIST_WARMUP_ROWS = 10
+#: rows per timed call on concrete (``concrete`` and ``streaming`` sections) when ``n_rows`` is None
+DEFAULT_N_ROWS = 500
+#: rows per timed call of the ``mnist`` section when ``n_rows`` is None (a CPU step takes ~0.2 s)
+DEFAULT_MNIST_ROWS = 10
+#: µs/row of ``MLPRegressor((50,)).partial_fit`` on concrete when issue 18's targets were measured
+ISSUE_MLP_US = 561.0
+#: name of the reference row (the unit of the ratios)
+REFERENCE = "MLPRegressor.partial_fit"
+
+#: sections of the benchmark, in run order, with a one-line description
+SECTIONS = {
+    "concrete": "µs/step of EKF full/VD/FD and LoFi r10 (+ adaptive noise, + process noise), MLP 8-50-1, P=501",
+    "streaming": "predict + partial_fit one row per call (LoFi r10, MLPRegressor), overhead over the in-loop step",
+    "digits": "LoFiClassifier().fit vs MLPClassifier().fit on digits",
+    "digits-ekf": "EKFClassifier().fit on digits (P=3,760) vs its BLAS floor (slow: ~1 min)",
+    "mnist": "LoFi r10 at P=648,010 (784-500-500-10), ms/step, page faults (slow on a CPU)",
+}
+#: sections run when neither ``--suite`` nor ``--only`` is given
+DEFAULT_SUITES = ("concrete", "streaming", "digits")
+
+#: issue 18's budgets (float64, one thread, one row per step, the CI machine kind)
+STREAM_OVERHEAD_TARGET_US = 100.0
+RELATIVE_TARGET = 1.10
+MNIST_TARGET_US = {"float64": 20_000.0, "float32": 10_000.0, "cuda": 140.0}
+DIGITS_TARGET_RATIO = 1.0
+EKF_FLOOR_TARGET_RATIO = 1.5
 
 
 @dataclass
 class SpeedConfig:
-    """One timed configuration.
+    """One timed per-step configuration.
 
     Parameters
     ----------
@@ -62,13 +122,17 @@ class SpeedConfig:
         Label in the table.
     make : callable
         ``make(device, dtype, seed, batch_size) -> estimator`` with ``partial_fit``; an unfitted
-        skfilter regressor on the default MLP 8-50-1.
+        skfilter estimator.
     batch_size : int, default=1
         Rows per filter step (passed to ``make``).
     target_us : float or None
         Budget in µs per step, shown beside the measurement (budgets are for batch size 1).
     structure : str
-        Posterior structure, for the table.
+        Posterior structure, for the record.
+    relative_to : str or None
+        Name of another configuration this one is compared with (its added cost).
+    relative_target : float or None
+        Budget as a ratio to ``relative_to``'s µs/step (1.10: at most 10 % more).
     """
 
     name: str
@@ -76,6 +140,8 @@ class SpeedConfig:
     batch_size: int = 1
     target_us: float | None = None
     structure: str = ""
+    relative_to: str | None = None
+    relative_target: float | None = None
 
 
 def ekf_config(covariance, prior_variance, target_us=None, batch_size=1, obs_variance=0.1) -> SpeedConfig:
@@ -91,24 +157,28 @@ def ekf_config(covariance, prior_variance, target_us=None, batch_size=1, obs_var
     return SpeedConfig(f"EKF {covariance}", make, batch_size, target_us, covariance)
 
 
-def lofi_config(rank, prior_variance, target_us=None, batch_size=1, obs_variance=0.1,
-                variant="diagonal") -> SpeedConfig:
-    """A :class:`SpeedConfig` of :class:`~skfilter.LoFiRegressor` of rank ``rank``."""
+def lofi_config(rank, prior_variance, target_us=None, batch_size=1, obs_variance=0.1, variant="diagonal",
+                process_noise=0.0, name=None, relative_to=None, relative_target=None) -> SpeedConfig:
+    """A :class:`SpeedConfig` of :class:`~skfilter.LoFiRegressor` of rank ``rank`` on the MLP 8-50-1.
+
+    ``name`` defaults to ``'LoFi r<rank>'`` (``' sph'`` appended for the spherical variant).
+    """
 
     def make(device, dtype, seed, batch_size):
         from .. import LoFiRegressor
 
         return LoFiRegressor(hidden_layer_sizes=(50,), rank=rank, variant=variant, prior_variance=prior_variance,
-                             obs_variance=obs_variance, batch_size=batch_size, device=device, dtype=dtype,
-                             random_state=seed)
+                             obs_variance=obs_variance, process_noise=process_noise, batch_size=batch_size,
+                             device=device, dtype=dtype, random_state=seed)
 
-    name = f"LoFi r{rank}" + ("" if variant == "diagonal" else " sph")
-    return SpeedConfig(name, make, batch_size, target_us, f"lofi-{variant} L={rank}")
+    if name is None:
+        name = f"LoFi r{rank}" + ("" if variant == "diagonal" else " sph")
+    return SpeedConfig(name, make, batch_size, target_us, f"lofi-{variant} L={rank}", relative_to, relative_target)
 
 
-def lofi_classifier_config(rank, prior_variance, hidden=(500, 500), batch_size=1) -> SpeedConfig:
+def lofi_classifier_config(rank, prior_variance, hidden=(500, 500), batch_size=1, target_us=None) -> SpeedConfig:
     """A :class:`SpeedConfig` of :class:`~skfilter.LoFiClassifier` (rank ``rank``) on an MLP with
-    the given hidden widths (the ``--network mnist`` configuration)."""
+    the given hidden widths (the ``mnist`` configuration)."""
 
     def make(device, dtype, seed, batch_size):
         from .. import LoFiClassifier
@@ -116,7 +186,7 @@ def lofi_classifier_config(rank, prior_variance, hidden=(500, 500), batch_size=1
         return LoFiClassifier(hidden_layer_sizes=hidden, rank=rank, prior_variance=prior_variance,
                               batch_size=batch_size, device=device, dtype=dtype, random_state=seed)
 
-    return SpeedConfig(f"LoFi r{rank} clf", make, batch_size, None, f"lofi-diagonal L={rank}")
+    return SpeedConfig(f"LoFi r{rank} clf", make, batch_size, target_us, f"lofi-diagonal L={rank}")
 
 
 def with_batch_sizes(configs, batch_sizes) -> list:
@@ -130,7 +200,8 @@ def with_batch_sizes(configs, batch_sizes) -> list:
     Returns
     -------
     list of SpeedConfig
-        Budgets (``target_us``) are kept for batch size 1 only.
+        Budgets (``target_us``) are kept for batch size 1 only; ``relative_to`` points at the same
+        batch size.
     """
     out = []
     for cfg in configs:
@@ -138,24 +209,47 @@ def with_batch_sizes(configs, batch_sizes) -> list:
             b = int(b)
             if b < 1:
                 raise ValueError(f"batch sizes must be positive, got {b}.")
-            out.append(dataclasses.replace(cfg, name=cfg.name if b == 1 else f"{cfg.name} b{b}", batch_size=b,
-                                           target_us=cfg.target_us if b == 1 else None))
+            suffix = "" if b == 1 else f" b{b}"
+            out.append(dataclasses.replace(
+                cfg, name=cfg.name + suffix, batch_size=b, target_us=cfg.target_us if b == 1 else None,
+                relative_to=None if cfg.relative_to is None else cfg.relative_to + suffix))
     return out
 
 
-#: the timed configurations, in table order
+#: the per-step configurations of the ``concrete`` section, in table order (issue 18's budgets)
 CONFIGS = [
-    ekf_config("full", 0.1, target_us=400.0),
-    ekf_config("vd", 0.01, target_us=150.0),
-    ekf_config("fd", 0.1, target_us=150.0),
-    lofi_config(10, 0.1, target_us=150.0),
+    ekf_config("full", 0.1, target_us=200.0),
+    ekf_config("vd", 0.01, target_us=40.0),
+    ekf_config("fd", 0.1, target_us=40.0),
+    lofi_config(10, 0.1, target_us=70.0),
+    lofi_config(10, 0.1, obs_variance="adaptive", name="LoFi r10 adaptive", relative_to="LoFi r10",
+                relative_target=RELATIVE_TARGET),
+    lofi_config(10, 0.1, process_noise=1e-4, name="LoFi r10 q", relative_to="LoFi r10",
+                relative_target=RELATIVE_TARGET),
 ]
 
-#: ``--network mnist``: the 784-500-500-10 classifier of the LoFi paper's image experiments
+#: the ``mnist`` section: the 784-500-500-10 classifier of the LoFi paper's image experiments
 MNIST_CONFIGS = [lofi_classifier_config(10, 0.01)]
 
-#: networks of ``--network``: stream, configurations, baseline, description
+#: networks of the legacy ``--network`` option (``'mnist'`` = ``--suite mnist``)
 NETWORKS = ("concrete", "mnist")
+
+#: rows of the sections that are not lists of configurations (``--only`` accepts any of them)
+STREAM_ROWS = ("LoFi r10 stream loop", "LoFi r10 prequential", "LoFi r10 one call", "LoFi r10 stream overhead",
+               "MLPRegressor stream loop")
+DIGITS_ROWS = ("LoFiClassifier.fit", "MLPClassifier.fit")
+EKF_ROWS = ("EKFClassifier.fit", "BLAS floor (2 GEMMs/row)")
+
+
+def section_workloads(configs=None, mnist_configs=None) -> dict:
+    """Names of the rows each section produces: ``{section: [name, ...]}`` (what ``--only`` selects)."""
+    return {
+        "concrete": [c.name for c in (CONFIGS if configs is None else configs)],
+        "streaming": list(STREAM_ROWS),
+        "digits": list(DIGITS_ROWS),
+        "digits-ekf": list(EKF_ROWS),
+        "mnist": [c.name for c in (MNIST_CONFIGS if mnist_configs is None else mnist_configs)],
+    }
 
 
 def synthetic_image_stream(n_rows, seed=0, n_features=784, n_classes=10):
@@ -177,57 +271,99 @@ def _rows(stream, start, n):
     return stream.X[idx], stream.y[idx]
 
 
-def time_config(cfg: SpeedConfig, stream, n_rows=500, repeats=5, device="cpu", dtype="float64", seed=0) -> dict:
-    """Time one configuration (see the module docstring).
+def _usage_fields(usage, n_steps) -> dict:
+    """Resource columns of a row from :func:`time_repeats_usage`'s ``usage`` over ``n_steps`` steps."""
+    cpu = (usage["user_s"] or 0.0) + (usage["system_s"] or 0.0)
+    return {
+        "faults_per_step": None if usage["minflt"] is None else usage["minflt"] / max(n_steps, 1),
+        "sys_share": usage["system_s"] / cpu if cpu > 0 else None,
+        "user_s": usage["user_s"], "system_s": usage["system_s"], "minflt": usage["minflt"],
+        "majflt": usage["majflt"], "maxrss_growth_mb": usage["maxrss_growth_mb"],
+    }
+
+
+def _row(section, name, **kw) -> dict:
+    """A result row with every generic key present."""
+    row = {"section": section, "config": name, "structure": "", "batch_size": 1, "device": "cpu",
+           "dtype": "float64", "n_params": None, "n_rows": None, "error": None, "value": None, "unit": "",
+           "target": None, "meets": None, "ref": None, "ratio": None, "target_ratio": None, "meets_ratio": None,
+           "target_us": None}
+    row.update(kw)
+    return row
+
+
+def time_config(cfg: SpeedConfig, stream, n_rows=DEFAULT_N_ROWS, repeats=5, device="cpu", dtype="float64", seed=0,
+                warmup_rows=WARMUP_ROWS, section="concrete", unit="µs/step") -> dict:
+    """Time one per-step configuration (see the module docstring).
 
     Parameters
     ----------
     cfg : SpeedConfig
     stream : Bunch
-        From :func:`~skfilter.benchmarks._common.load_stream`.
+        From :func:`~skfilter.benchmarks._common.load_stream` or :func:`synthetic_image_stream`.
     n_rows : int, default=500
         Rows learned per timed ``partial_fit`` call.
     repeats : int, default=5
         Timed calls (the median is reported).
     device, dtype : str
     seed : int, default=0
+    warmup_rows : int, default=WARMUP_ROWS
+        Rows of the untimed ``fit`` before the timed calls.
+    section : str, default='concrete'
+    unit : {'µs/step', 'ms/step'}
+        Unit of ``value`` (``us_per_step`` is always in µs).
 
     Returns
     -------
     dict
         ``us_per_row`` (median), ``us_per_row_min``, ``us_per_step`` (per filter step of
-        ``batch_size`` rows), ``n_params``, ``times`` (seconds per call), ``error``.
+        ``batch_size`` rows), ``value``/``unit``, ``n_params``, ``times`` (seconds per call),
+        ``faults_per_step``, ``sys_share`` and the other resource counts, ``error``.
     """
     from ..exceptions import FilterStepError
 
     est = cfg.make(device, dtype, seed, cfg.batch_size)
-    Xw, yw = _rows(stream, 0, WARMUP_ROWS)
-    X, y = _rows(stream, WARMUP_ROWS, n_rows)
-    row = {"config": cfg.name, "structure": cfg.structure, "batch_size": cfg.batch_size, "device": str(device),
-           "dtype": str(dtype), "target_us": cfg.target_us, "n_rows": n_rows, "error": None}
+    Xw, yw = _rows(stream, 0, warmup_rows)
+    X, y = _rows(stream, warmup_rows, n_rows)
+    row = _row(section, cfg.name, structure=cfg.structure, batch_size=cfg.batch_size, device=str(device),
+               dtype=str(dtype), target_us=cfg.target_us, n_rows=n_rows, unit=unit)
+    if cfg.relative_to is not None:
+        row.update(ref=cfg.relative_to, target_ratio=cfg.relative_target)
+    else:
+        row.update(ref=REFERENCE, target_ratio=None if cfg.target_us is None else cfg.target_us / ISSUE_MLP_US)
     try:
         est.fit(Xw, yw)
-        times = time_repeats(lambda: est.partial_fit(X, y), repeats=repeats, warmup=1, device=device)
+        times, usage = time_repeats_usage(lambda: est.partial_fit(X, y), repeats=repeats, warmup=1, device=device)
     except FilterStepError as exc:
-        row.update(error=str(exc), us_per_row=float("nan"), us_per_step=float("nan"),
+        row.update(error=str(exc), us_per_row=float("nan"), us_per_step=float("nan"), value=float("nan"),
                    n_params=getattr(est, "n_params_", None))
         return row
     steps = math.ceil(n_rows / cfg.batch_size)
+    us_step = 1e6 * median(times) / steps
+    scale = 1e-3 if unit == "ms/step" else 1.0
     row.update(
         n_params=int(est.n_params_),
         times=times,
         us_per_row=1e6 * median(times) / n_rows,
         us_per_row_min=1e6 * min(times) / n_rows,
-        us_per_step=1e6 * median(times) / steps,
+        us_per_step=us_step,
+        value=us_step * scale,
+        target=None if cfg.target_us is None else cfg.target_us * scale,
+        **_usage_fields(usage, steps * repeats),
     )
-    if cfg.target_us is not None:
-        row["meets_target"] = "yes" if row["us_per_step"] <= cfg.target_us else "no"
     return row
 
 
-def time_mlp_baseline(stream, n_rows=500, repeats=5, seed=0, hidden=(50,), classifier=False) -> dict:
+def _mlp(classifier, hidden, seed):
+    from sklearn.neural_network import MLPClassifier, MLPRegressor
+
+    return (MLPClassifier if classifier else MLPRegressor)(hidden_layer_sizes=hidden, random_state=seed)
+
+
+def time_mlp_baseline(stream, n_rows=DEFAULT_N_ROWS, repeats=5, seed=0, hidden=(50,), classifier=False,
+                      warmup_rows=WARMUP_ROWS, section="reference") -> dict:
     """Time scikit-learn's ``MLPRegressor`` (or ``MLPClassifier``) ``partial_fit`` on one row per
-    call (CPU).
+    call (CPU, float64).
 
     Parameters
     ----------
@@ -239,156 +375,617 @@ def time_mlp_baseline(stream, n_rows=500, repeats=5, seed=0, hidden=(50,), class
     hidden : tuple of int, default=(50,)
     classifier : bool, default=False
         ``MLPClassifier`` (classes from the whole stream) instead of ``MLPRegressor``.
+    warmup_rows : int, default=WARMUP_ROWS
+    section : str, default='reference'
 
     Returns
     -------
     dict
-        Same keys as :func:`time_config`.
+        Same keys as :func:`time_config` (``value`` in µs/row).
     """
-    from sklearn.neural_network import MLPClassifier, MLPRegressor
-
-    Xw, yw = _rows(stream, 0, WARMUP_ROWS)
-    X, y = _rows(stream, WARMUP_ROWS, n_rows)
-    if classifier:
-        est, name = MLPClassifier(hidden_layer_sizes=hidden, random_state=seed), "MLPClassifier.partial_fit"
-        kw = {"classes": np.unique(stream.y)}
-    else:
-        est, name = MLPRegressor(hidden_layer_sizes=hidden, random_state=seed), "MLPRegressor.partial_fit"
-        kw = {}
-    for t in range(WARMUP_ROWS):
+    est = _mlp(classifier, hidden, seed)
+    name = "MLPClassifier.partial_fit" if classifier else REFERENCE
+    kw = {"classes": np.unique(stream.y)} if classifier else {}
+    Xw, yw = _rows(stream, 0, warmup_rows)
+    X, y = _rows(stream, warmup_rows, n_rows)
+    for t in range(warmup_rows):
         est.partial_fit(Xw[t:t + 1], yw[t:t + 1], **kw)
 
     def loop():
         for t in range(n_rows):
             est.partial_fit(X[t:t + 1], y[t:t + 1], **kw)
 
-    times = time_repeats(loop, repeats=repeats, warmup=1)
+    times, usage = time_repeats_usage(loop, repeats=repeats, warmup=1)
     n_params = sum(c.size for c in est.coefs_) + sum(b.size for b in est.intercepts_)
-    return {"config": name, "structure": "sklearn (Adam)", "batch_size": 1,
-            "device": "cpu", "dtype": "float64", "target_us": None, "n_rows": n_rows, "error": None,
-            "n_params": int(n_params), "times": times, "us_per_row": 1e6 * median(times) / n_rows,
-            "us_per_row_min": 1e6 * min(times) / n_rows, "us_per_step": 1e6 * median(times) / n_rows}
+    us = 1e6 * median(times) / n_rows
+    return _row(section, name, structure="sklearn (Adam)", ref=None if section == "reference" else REFERENCE,
+                n_rows=n_rows, n_params=int(n_params), times=times,
+                us_per_row=us, us_per_row_min=1e6 * min(times) / n_rows, us_per_step=us, value=us, unit="µs/row",
+                **_usage_fields(usage, n_rows * repeats))
 
 
-COLUMNS = [
-    ("config", "configuration", ""),
-    ("batch_size", "batch", ""),
-    ("n_params", "P", ""),
-    ("device", "device", ""),
-    ("dtype", "dtype", ""),
-    ("us_per_step", "µs/step (median)", ".0f"),
-    ("us_per_row", "µs/row", ".0f"),
-    ("us_per_row_min", "µs/row (min)", ".0f"),
-    ("target_us", "target µs/step", ".0f"),
-    ("meets_target", "meets", ""),
-    ("ratio_vs_mlp", "× MLP.partial_fit", ".3f"),
-]
-
-
-def run_speed(configs=None, n_rows=500, repeats=5, device="cpu", dtype="float64", seed=0, baseline=True,
-              json_path=None, verbose=True, network="concrete") -> dict:
-    """Time every configuration and the scikit-learn baseline; print and optionally save a table.
+def time_streaming(stream, n_rows=DEFAULT_N_ROWS, repeats=5, device="cpu", dtype="float64", seed=0,
+                   config=None) -> list:
+    """The ``streaming`` section: a user's loop of one-row ``predict`` + ``partial_fit`` calls.
 
     Parameters
     ----------
-    configs : list of SpeedConfig, optional
-        Default :data:`CONFIGS`.
+    stream : Bunch
+        The concrete stream.
     n_rows : int, default=500
-        Rows per timed call.
+        Rows per timed loop (and per timed one-call reference).
     repeats : int, default=5
-        Timed calls per configuration (median reported).
-    device : str, default='cpu'
-    dtype : {'float64', 'float32'}, default='float64'
+    device, dtype : str
     seed : int, default=0
-    baseline : bool, default=True
-        Also time ``MLPRegressor.partial_fit``.
-    json_path : path-like, optional
-        Write ``{"environment", "settings", "results"}`` as JSON there.
-    verbose : bool, default=True
-    network : {'concrete', 'mnist'}, default='concrete'
-        ``'mnist'``: :data:`MNIST_CONFIGS` on :func:`synthetic_image_stream` (784-500-500-10),
-        beside ``MLPClassifier((500, 500)).partial_fit``.
+    config : SpeedConfig, optional
+        The filter (default: LoFi rank 10 of :data:`CONFIGS`).
+
+    Returns
+    -------
+    list of dict
+        Rows :data:`STREAM_ROWS`: the filter's loop (µs/row), the same rows inside
+        ``prequential_predict`` (a fresh estimator per call, model build included) and in one
+        ``partial_fit`` call, the loop's overhead over the prequential row (``value``, target
+        :data:`STREAM_OVERHEAD_TARGET_US`; ``overhead_vs_one_call_us`` beside it), and
+        ``MLPRegressor``'s loop (``overhead_us`` over its ``partial_fit`` alone is added by
+        :func:`run_speed`).
+    """
+    from ..model_selection import prequential_predict
+
+    cfg = config or lofi_config(10, 0.1)
+    Xw, yw = _rows(stream, 0, WARMUP_ROWS)
+    X, y = _rows(stream, WARMUP_ROWS, n_rows)
+    common = {"structure": cfg.structure, "device": str(device), "dtype": str(dtype), "n_rows": n_rows,
+              "unit": "µs/row", "ref": REFERENCE}
+    rows = []
+
+    def add(name, times, usage, n_params, **kw):
+        us = 1e6 * median(times) / n_rows
+        rows.append(_row("streaming", name, **common, n_params=n_params, times=times, us_per_row=us,
+                         us_per_row_min=1e6 * min(times) / n_rows, us_per_step=us, value=us,
+                         **_usage_fields(usage, n_rows * repeats), **kw))
+
+    est = cfg.make(device, dtype, seed, 1)
+    est.fit(Xw, yw)
+    P = int(est.n_params_)
+
+    def loop():
+        for t in range(n_rows):
+            x_t = X[t:t + 1]
+            est.predict(x_t)
+            est.partial_fit(x_t, y[t:t + 1])
+
+    add(STREAM_ROWS[0], *time_repeats_usage(loop, repeats=repeats, warmup=1, device=device), P)
+    # the same rows inside prequential_predict, after the same warm-up rows: a fresh estimator learns
+    # warm-up + timed rows, less one that learns the warm-up rows only (which removes the model build)
+    Xa, ya = _rows(stream, 0, WARMUP_ROWS + n_rows)
+    t_all, u_all = time_repeats_usage(lambda: prequential_predict(cfg.make(device, dtype, seed, 1), Xa, ya),
+                                      repeats=repeats, warmup=1, device=device)
+    t_warm, u_warm = time_repeats_usage(lambda: prequential_predict(cfg.make(device, dtype, seed, 1), Xw, yw),
+                                        repeats=repeats, warmup=1, device=device)
+    us = 1e6 * (median(t_all) - median(t_warm)) / n_rows
+    usage = {k: None if u_all[k] is None or u_warm[k] is None else u_all[k] - u_warm[k] for k in u_all}
+    rows.append(_row("streaming", STREAM_ROWS[1], **common, n_params=P, times=t_all, times_warmup_only=t_warm,
+                     us_per_row=us, us_per_step=us, value=us, **_usage_fields(usage, n_rows * repeats)))
+    add(STREAM_ROWS[2], *time_repeats_usage(lambda: est.partial_fit(X, y), repeats=repeats, warmup=1,
+                                            device=device), P)
+    loop_us, preq_us, one_us = (r["us_per_row"] for r in rows)
+    rows.append(_row("streaming", STREAM_ROWS[3], **common, n_params=P, value=loop_us - preq_us,
+                     us_per_step=loop_us - preq_us, overhead_vs_one_call_us=loop_us - one_us,
+                     target=STREAM_OVERHEAD_TARGET_US, target_us=STREAM_OVERHEAD_TARGET_US,
+                     target_ratio=STREAM_OVERHEAD_TARGET_US / ISSUE_MLP_US))
+
+    mlp = _mlp(False, (50,), seed)
+    for t in range(WARMUP_ROWS):
+        mlp.partial_fit(Xw[t:t + 1], yw[t:t + 1])
+
+    def mlp_loop():
+        for t in range(n_rows):
+            x_t = X[t:t + 1]
+            mlp.predict(x_t)
+            mlp.partial_fit(x_t, y[t:t + 1])
+
+    times, usage = time_repeats_usage(mlp_loop, repeats=repeats, warmup=1)
+    add(STREAM_ROWS[4], times, usage, int(sum(c.size for c in mlp.coefs_) + sum(b.size for b in mlp.intercepts_)))
+    rows[-1].update(structure="sklearn (Adam)", device="cpu", dtype="float64")
+    return rows
+
+
+def load_digits_stream(n_rows=None):
+    """scikit-learn's digits, raw features (0–16), in the file's order; the first ``n_rows`` rows."""
+    from sklearn.datasets import load_digits
+
+    X, y = load_digits(return_X_y=True)
+    if n_rows is not None:
+        X, y = X[:int(n_rows)], y[:int(n_rows)]
+    return X.astype(np.float64), y
+
+
+def _fit_row(section, name, make, X, y, repeats, device="cpu", warmup_rows=20, **kw) -> dict:
+    """Wall seconds of ``make().fit(X, y)`` (median of ``repeats`` fits from scratch, after one
+    untimed fit on ``warmup_rows`` rows that loads code and caches)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # MLPClassifier's ConvergenceWarning
+        make().fit(X[:warmup_rows], y[:warmup_rows])
+        fitted = []
+
+        def fit():
+            fitted.append(make().fit(X, y))
+
+        times, usage = time_repeats_usage(fit, repeats=repeats, warmup=0, device=device)
+    est = fitted[-1]
+    n = len(y)
+    n_params = getattr(est, "n_params_", None)
+    if n_params is None and hasattr(est, "coefs_"):
+        n_params = sum(c.size for c in est.coefs_) + sum(b.size for b in est.intercepts_)
+    row = _row(section, name, device=str(device), n_rows=n, n_params=None if n_params is None else int(n_params),
+               times=times,
+               value=median(times), unit="s", us_per_row=1e6 * median(times) / n, us_per_step=1e6 * median(times) / n,
+               **_usage_fields(usage, n * repeats), **kw)
+    if hasattr(est, "n_iter_"):
+        row["n_iter"] = int(est.n_iter_)
+    return row, est
+
+
+def time_digits(repeats=3, device="cpu", dtype="float64", seed=0, n_rows=None, hidden=None) -> list:
+    """The ``digits`` section: ``LoFiClassifier().fit`` vs ``MLPClassifier().fit`` (wall seconds).
+
+    Parameters
+    ----------
+    repeats : int, default=3
+        Fits from scratch per estimator (median).
+    device, dtype : str
+    seed : int, default=0
+    n_rows : int, optional
+        Only the first rows of digits (tests); default all 1,797.
+    hidden : tuple of int, optional
+        Hidden widths of both networks (tests); default each estimator's default.
+    """
+    from sklearn.neural_network import MLPClassifier
+
+    from .. import LoFiClassifier
+
+    X, y = load_digits_stream(n_rows)
+    kw = {} if hidden is None else {"hidden_layer_sizes": hidden}
+    mlp, _ = _fit_row("digits", "MLPClassifier.fit", lambda: MLPClassifier(random_state=seed, **kw), X, y, repeats,
+                      structure="sklearn (Adam, 200 epochs max)")
+    lofi, _ = _fit_row("digits", "LoFiClassifier.fit",
+                       lambda: LoFiClassifier(random_state=seed, device=device, dtype=dtype, **kw), X, y, repeats,
+                       device=device, structure="lofi-diagonal L=10", dtype=str(dtype))
+    lofi.update(ref="MLPClassifier.fit", ratio=lofi["value"] / mlp["value"], target=DIGITS_TARGET_RATIO * mlp["value"],
+                target_ratio=DIGITS_TARGET_RATIO)
+    return [lofi, mlp]
+
+
+def blas_floor(P, C, n_steps=30, dtype="float64", device="cpu", seed=0) -> dict:
+    """Seconds per step of two ``(P, P) @ (P, C)`` products, the dense work of a full-covariance
+    step with ``C`` outputs, timed with torch (on ``device``) and numpy (CPU) in ``dtype``.
 
     Returns
     -------
     dict
-        ``results`` (list of row dicts; ``ratio_vs_mlp`` = µs/row ÷ the baseline's), ``table``,
-        ``environment``, ``settings``, ``seconds``.
+        ``torch_s``, ``numpy_s`` (median per step over ``n_steps``; ``numpy_s`` None off the CPU),
+        ``floor_s`` (the smaller), ``library`` (which).
+    """
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    tdt = getattr(torch, str(dtype))
+    A = torch.randn(P, P, generator=gen, dtype=tdt).to(device)
+    B = torch.randn(P, C, generator=gen, dtype=tdt).to(device)
+    out = {}
+
+    def pair_torch():
+        A @ B
+        A @ B
+
+    times, _ = time_repeats_usage(pair_torch, repeats=n_steps, warmup=2, device=device)
+    out["torch_s"] = median(times)
+    out["numpy_s"] = None
+    if torch.device(device).type == "cpu":
+        An, Bn = A.numpy(), B.numpy()
+
+        def pair_numpy():
+            An @ Bn
+            An @ Bn
+
+        times, _ = time_repeats_usage(pair_numpy, repeats=n_steps, warmup=2)
+        out["numpy_s"] = median(times)
+    out["library"] = "numpy" if out["numpy_s"] is not None and out["numpy_s"] < out["torch_s"] else "torch"
+    out["floor_s"] = out["torch_s"] if out["library"] == "torch" else out["numpy_s"]
+    del A, B
+    return out
+
+
+def time_digits_ekf(repeats=1, device="cpu", dtype="float64", seed=0, n_rows=None, hidden=None,
+                    floor_steps=30) -> list:
+    """The ``digits-ekf`` section: ``EKFClassifier().fit`` on digits beside its BLAS floor
+    (:func:`blas_floor` × the number of rows).
+
+    Parameters
+    ----------
+    repeats : int, default=1
+        Fits from scratch (median).
+    device, dtype : str
+    seed : int, default=0
+    n_rows : int, optional
+        Only the first rows of digits (tests).
+    hidden : tuple of int, optional
+        Hidden widths (tests); default the estimator's (50,), ``P = 3,760``.
+    floor_steps : int, default=30
+        Timed GEMM pairs of the floor.
+    """
+    from .. import EKFClassifier
+
+    X, y = load_digits_stream(n_rows)
+    kw = {} if hidden is None else {"hidden_layer_sizes": hidden}
+    ekf, est = _fit_row("digits-ekf", "EKFClassifier.fit",
+                        lambda: EKFClassifier(random_state=seed, device=device, dtype=dtype, **kw), X, y, repeats,
+                        device=device, structure="full", dtype=str(dtype))
+    n = len(y)
+    K = len(est.classes_)
+    C = 1 if K == 2 else K
+    P = int(est.n_params_)
+    del est
+    floor = blas_floor(P, C, n_steps=floor_steps, dtype=dtype, device=device, seed=seed)
+    floor_total = floor["floor_s"] * n
+    ekf.update(ref=EKF_ROWS[1], ratio=ekf["value"] / floor_total, target=EKF_FLOOR_TARGET_RATIO * floor_total,
+               target_ratio=EKF_FLOOR_TARGET_RATIO, n_outputs=C)
+    row = _row("digits-ekf", EKF_ROWS[1], structure=f"2 × ({P},{P})@({P},{C}) per row, {floor['library']}",
+               device=str(device), dtype=str(dtype), n_params=P, n_rows=n, value=floor_total, unit="s",
+               us_per_row=1e6 * floor["floor_s"], us_per_step=1e6 * floor["floor_s"],
+               floor_torch_us_per_step=1e6 * floor["torch_s"],
+               floor_numpy_us_per_step=None if floor["numpy_s"] is None else 1e6 * floor["numpy_s"],
+               floor_library=floor["library"], n_outputs=C)
+    return [ekf, row]
+
+
+def _relate(results) -> None:
+    """Fill the ratio columns: to the reference ``MLPRegressor.partial_fit`` (``ratio_vs_mlp`` for
+    every row with µs per row; ``ratio`` for rows whose ``ref`` is the reference) and to another
+    configuration (``relative_to`` rows: ``added_us``, ``added_pct``); then ``meets``."""
+    by_name = {r["config"]: r for r in results}
+    ref = by_name.get(REFERENCE)
+    ref_us = ref["us_per_row"] if ref is not None and ref.get("error") is None else None
+    if ref is not None and ref_us:
+        ref.update(ref=REFERENCE, ratio=1.0)
+    for r in results:
+        if ref_us and r.get("us_per_row") is not None:
+            r["ratio_vs_mlp"] = r["us_per_row"] / ref_us
+        if r["ref"] == REFERENCE and r is not ref:
+            r["ratio"] = r["us_per_step"] / ref_us if ref_us else None
+        elif r["ref"] in by_name and r["section"] in ("concrete", "mnist"):
+            base = by_name[r["ref"]]
+            b = base.get("us_per_step")
+            if b and r.get("us_per_step") is not None and math.isfinite(b):
+                scale = 1e-3 if r["unit"] == "ms/step" else 1.0
+                r.update(ratio=r["us_per_step"] / b, added_us=r["us_per_step"] - b,
+                         added_pct=100.0 * (r["us_per_step"] / b - 1.0), target=r["target_ratio"] * b * scale)
+        if r["config"] == "MLPRegressor stream loop" and ref_us:
+            r["overhead_us"] = r["us_per_row"] - ref_us
+        r["meets"] = _verdict(r["value"], r["target"])
+        r["meets_ratio"] = _verdict(r["ratio"], r["target_ratio"])
+
+
+def _verdict(value, target):
+    """'yes' when ``value <= target``, 'no' otherwise, None without both (or a non-finite value)."""
+    if value is None or target is None or not math.isfinite(value):
+        return None
+    return "yes" if value <= target else "no"
+
+
+def _fmt(value, unit):
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "—"
+    if unit == "s":
+        return f"{value:.2f}"
+    if unit == "ms/step":
+        return f"{value:.1f}"
+    return f"{value:.0f}"
+
+
+def _fmt_ratio(value):
+    if value is None or not math.isfinite(value):
+        return "—"
+    return f"{value:.3f}" if value < 10 else f"{value:.1f}"
+
+
+def display_rows(results) -> list:
+    """The table's cells (strings) of every result row."""
+    out = []
+    for r in results:
+        fps, sys_share = r.get("faults_per_step"), r.get("sys_share")
+        out.append({
+            "section": r["section"], "config": r["config"],
+            "P": "—" if r.get("n_params") is None else f"{r['n_params']:,}", "dtype": r["dtype"],
+            "measured": _fmt(r["value"], r["unit"]), "unit": r["unit"],
+            "target": "—" if r["target"] is None else "≤ " + _fmt(r["target"], r["unit"]),
+            "meets": r["meets"] or "—",
+            "ratio": _fmt_ratio(r["ratio"]),
+            "target_ratio": "—" if r["target_ratio"] is None else "≤ " + _fmt_ratio(r["target_ratio"]),
+            "meets_ratio": r["meets_ratio"] or "—", "ref": r["ref"] or "—",
+            "faults": "—" if fps is None else (f"{fps:.1f}" if fps < 100 else f"{fps:,.0f}"),
+            "sys": "—" if sys_share is None else f"{100 * sys_share:.0f}",
+        })
+    return out
+
+
+COLUMNS = [
+    ("config", "workload", ""),
+    ("section", "section", ""),
+    ("P", "P", ""),
+    ("dtype", "dtype", ""),
+    ("measured", "measured", ""),
+    ("unit", "unit", ""),
+    ("target", "target", ""),
+    ("meets", "meets", ""),
+    ("ratio", "× ref", ""),
+    ("target_ratio", "target × ref", ""),
+    ("meets_ratio", "meets ×", ""),
+    ("ref", "ref", ""),
+    ("faults", "faults/step", ""),
+    ("sys", "sys %", ""),
+]
+
+
+def notes(results, settings, env) -> list:
+    """Lines printed (and written to the Markdown file) below the table."""
+    lines = []
+    by_name = {r["config"]: r for r in results}
+    ref = by_name.get(REFERENCE)
+    if ref is not None:
+        lines.append(f"Reference: {REFERENCE} (MLP 8-50-1, one row per call, float64, CPU) took "
+                     f"{ref['us_per_row']:.0f} µs/row in this run ({ISSUE_MLP_US:.0f} when issue 18's targets were "
+                     f"set); '× ref' divides by the row named in 'ref', measured in this run; 'target × ref' is "
+                     f"the issue's target as such a ratio (absolute targets ÷ {ISSUE_MLP_US:.0f} µs).")
+    for r in results:
+        if r.get("added_pct") is not None:
+            lines.append(f"{r['config']}: {r['added_us']:+.0f} µs/row ({r['added_pct']:+.0f} %) over {r['ref']} "
+                         f"(target ≤ {100 * (r['target_ratio'] - 1):+.0f} %).")
+    ov = by_name.get(STREAM_ROWS[3])
+    if ov is not None:
+        lines.append(f"Streaming: predict + partial_fit one row per call costs {by_name[STREAM_ROWS[0]]['value']:.0f} "
+                     f"µs/row against {by_name[STREAM_ROWS[1]]['value']:.0f} inside prequential_predict "
+                     f"(overhead {ov['value']:.0f} µs/row) and {by_name[STREAM_ROWS[2]]['value']:.0f} in one "
+                     f"partial_fit call (overhead {ov['overhead_vs_one_call_us']:.0f} µs/row).")
+        mlp_loop = by_name.get(STREAM_ROWS[4])
+        if mlp_loop is not None and mlp_loop.get("overhead_us") is not None:
+            lines.append(f"MLPRegressor's loop: {mlp_loop['value']:.0f} µs/row, {mlp_loop['overhead_us']:+.0f} over "
+                         "its partial_fit alone (the predict call).")
+    if "MLPClassifier.fit" in by_name and "LoFiClassifier.fit" in by_name:
+        d, m = by_name["LoFiClassifier.fit"], by_name["MLPClassifier.fit"]
+        lines.append(f"Digits ({d['n_rows']} rows): LoFiClassifier().fit {d['value']:.2f} s (P = {d['n_params']:,}, "
+                     f"{d['us_per_row']:.0f} µs/row), MLPClassifier().fit {m['value']:.2f} s ({m.get('n_iter')} "
+                     f"epochs); medians of {settings['fit_repeats']} fits.")
+    if EKF_ROWS[1] in by_name:
+        f, e = by_name[EKF_ROWS[1]], by_name["EKFClassifier.fit"]
+        numpy_us = f["floor_numpy_us_per_step"]
+        numpy_us = "—" if numpy_us is None else f"{numpy_us:,.0f}"
+        lines.append(f"EKFClassifier().fit: {e['us_per_step']:,.0f} µs/row; BLAS floor {f['us_per_step']:,.0f} "
+                     f"µs/row (torch {f['floor_torch_us_per_step']:,.0f}, numpy {numpy_us}).")
+    lines.append(f"µs/step: median over {settings['repeats']} partial_fit calls of {settings['n_rows']} rows each "
+                 f"(after a warm-up fit of {WARMUP_ROWS} rows and one untimed call); faults/step: minor page faults "
+                 "of the process per step over the timed calls; sys %: system share of the CPU time.")
+    load = settings["load_average_before"]
+    load = "n/a" if load is None else f"{load:.2f}"
+    lines.append(f"Machine: {env['cpu_model']}, {env['cpu_count']} CPUs; torch {env['torch']} with "
+                 f"{env['torch_threads']} thread(s), BLAS threads {settings['blas_threads']}, OMP_NUM_THREADS="
+                 f"{env['OMP_NUM_THREADS']}; 1-min load average before the run {load}.")
+    return lines
+
+
+def _resolve_suites(suites, network):
+    if network not in NETWORKS:
+        raise ValueError(f"network must be one of {NETWORKS}, got {network!r}.")
+    if suites is None:
+        suites = ("mnist",) if network == "mnist" else DEFAULT_SUITES
+    if isinstance(suites, str):
+        suites = (suites,)
+    suites = list(SECTIONS) if "all" in suites else list(suites)
+    unknown = [s for s in suites if s not in SECTIONS]
+    if unknown:
+        raise ValueError(f"unknown suite(s) {unknown}; choose from {list(SECTIONS)} or 'all'.")
+    return [s for s in SECTIONS if s in suites]
+
+
+def run_speed(configs=None, n_rows=None, repeats=5, device="cpu", dtype="float64", seed=0, baseline=True,
+              json_path=None, verbose=True, network="concrete", suites=None, mnist_configs=None, fit_repeats=3,
+              ekf_repeats=1, digits_rows=None, digits_hidden=None, markdown_path=None, blas_threads=None,
+              command=None) -> dict:
+    """Run the chosen sections and the reference; print and optionally save the table.
+
+    Parameters
+    ----------
+    configs : list of SpeedConfig, optional
+        The ``concrete`` section's configurations (default :data:`CONFIGS`); with
+        ``network='mnist'`` those of the ``mnist`` section instead (legacy).
+    n_rows : int, optional
+        Rows per timed call of the per-step and streaming sections; default
+        :data:`DEFAULT_N_ROWS` (concrete, streaming) and :data:`DEFAULT_MNIST_ROWS` (mnist).
+    repeats : int, default=5
+        Timed calls per configuration (median reported).
+    device : str, default='cpu'
+    dtype : {'float64', 'float32'}, default='float64'
+        Of every filter (the scikit-learn references stay float64).
+    seed : int, default=0
+    baseline : bool, default=True
+        Time the reference ``MLPRegressor.partial_fit`` (and ``MLPClassifier.partial_fit`` in the
+        ``mnist`` section).
+    json_path : path-like, optional
+        Write ``{"environment", "settings", "results", "notes"}`` as JSON there.
+    verbose : bool, default=True
+    network : {'concrete', 'mnist'}, default='concrete'
+        Legacy: ``'mnist'`` with ``suites=None`` runs the ``mnist`` section only.
+    suites : sequence of str, optional
+        Sections of :data:`SECTIONS` (or ``'all'``); default :data:`DEFAULT_SUITES`.
+    mnist_configs : list of SpeedConfig, optional
+        The ``mnist`` section's configurations (default :data:`MNIST_CONFIGS`).
+    fit_repeats : int, default=3
+        Fits per estimator in the ``digits`` section.
+    ekf_repeats : int, default=1
+        Fits in the ``digits-ekf`` section.
+    digits_rows : int, optional
+        Only the first rows of digits (tests).
+    digits_hidden : tuple of int, optional
+        Hidden widths of the digits networks (tests; default each estimator's).
+    markdown_path : path-like, optional
+        Write the table and notes as Markdown there.
+    blas_threads : int, optional
+        Recorded in the settings (the caller limits the BLAS threads).
+    command : str, optional
+        The command line, recorded in the Markdown file's header.
+
+    Returns
+    -------
+    dict
+        ``results`` (list of row dicts: ``value``/``unit``, ``target``, ``ratio`` to ``ref``,
+        ``target_ratio``, ``meets``, ``ratio_vs_mlp`` = µs/row ÷ the reference's,
+        ``faults_per_step``, ``sys_share``, ...), ``table``, ``notes``, ``environment``,
+        ``settings``, ``seconds``.
     """
     load_before = current_load()
     t0 = time.perf_counter()
-    if int(n_rows) < 1 or int(repeats) < 1:
-        raise ValueError("n_rows and repeats must be positive.")
-    n_rows, repeats = int(n_rows), int(repeats)
-    if network not in NETWORKS:
-        raise ValueError(f"network must be one of {NETWORKS}, got {network!r}.")
-    mnist = network == "mnist"
-    configs = (MNIST_CONFIGS if mnist else CONFIGS) if configs is None else configs
+    suites = _resolve_suites(suites, network)
+    if n_rows is not None and int(n_rows) < 1 or int(repeats) < 1 or int(fit_repeats) < 1 or int(ekf_repeats) < 1:
+        raise ValueError("n_rows and the repeats must be positive.")
+    repeats = int(repeats)
+    if network == "mnist" and configs is not None and mnist_configs is None:
+        mnist_configs, configs = configs, None
+    configs = CONFIGS if configs is None else configs
+    mnist_configs = MNIST_CONFIGS if mnist_configs is None else mnist_configs
+    rows_main = DEFAULT_N_ROWS if n_rows is None else int(n_rows)
+    rows_mnist = DEFAULT_MNIST_ROWS if n_rows is None else int(n_rows)
     say = print if verbose else (lambda *a, **k: None)
-    stream = synthetic_image_stream(WARMUP_ROWS + n_rows, seed) if mnist else load_stream("concrete", seed=seed)
+    concrete = load_stream("concrete", seed=seed)
     results = []
-    for cfg in configs:
-        say(f"  timing {cfg.name} ...", flush=True)
-        results.append(time_config(cfg, stream, n_rows, repeats, device, dtype, seed))
-    synchronize(device)
     if baseline:
-        say("  timing MLPRegressor.partial_fit ...", flush=True)
-        results.append(time_mlp_baseline(stream, n_rows, repeats, seed, hidden=(500, 500) if mnist else (50,),
-                                         classifier=mnist))
-        ref = results[-1]["us_per_row"]
-        for r in results:
-            r["ratio_vs_mlp"] = r["us_per_row"] / ref
-    env = environment()
-    settings = {"dataset": stream.name if mnist else "concrete (standardised, shuffled with seed %d)" % seed,
-                "model": "MLP 784-500-500-10 ReLU" if mnist else "MLP 8-50-1 ReLU",
-                "n_rows": n_rows, "repeats": repeats, "warmup_rows": WARMUP_ROWS, "device": str(device),
-                "dtype": str(dtype), "load_average_before": load_before}
-    table = format_table(results, COLUMNS)
+        say(f"  timing {REFERENCE} (reference) ...", flush=True)
+        results.append(time_mlp_baseline(concrete, rows_main, repeats, seed))
+    for section in suites:
+        say(f"  [{section}] {SECTIONS[section]}", flush=True)
+        if section == "concrete":
+            for cfg in configs:
+                say(f"  timing {cfg.name} ...", flush=True)
+                results.append(time_config(cfg, concrete, rows_main, repeats, device, dtype, seed))
+        elif section == "streaming":
+            results.extend(time_streaming(concrete, rows_main, repeats, device, dtype, seed))
+        elif section == "digits":
+            results.extend(time_digits(fit_repeats, device, dtype, seed, digits_rows, digits_hidden))
+        elif section == "digits-ekf":
+            results.extend(time_digits_ekf(ekf_repeats, device, dtype, seed, digits_rows, digits_hidden))
+        elif section == "mnist":
+            stream = synthetic_image_stream(MNIST_WARMUP_ROWS + rows_mnist, seed)
+            target = MNIST_TARGET_US["cuda" if str(device).startswith("cuda") else str(dtype)]
+            for cfg in mnist_configs:
+                say(f"  timing {cfg.name} ...", flush=True)
+                if cfg.target_us is None and cfg.batch_size == 1:
+                    cfg = dataclasses.replace(cfg, target_us=target)
+                results.append(time_config(cfg, stream, rows_mnist, repeats, device, dtype, seed,
+                                           warmup_rows=MNIST_WARMUP_ROWS, section="mnist", unit="ms/step"))
+            if baseline:
+                say("  timing MLPClassifier((500, 500)).partial_fit ...", flush=True)
+                results.append(time_mlp_baseline(stream, rows_mnist, repeats, seed, hidden=(500, 500),
+                                                 classifier=True, warmup_rows=MNIST_WARMUP_ROWS, section="mnist"))
+        synchronize(device)
+    _relate(results)
+    env = {**environment(), **machine_info()}
+    settings = {"suites": suites, "dataset": "concrete (standardised, shuffled with seed %d)" % seed,
+                "model": "MLP 8-50-1 ReLU", "n_rows": rows_main, "mnist_rows": rows_mnist, "repeats": repeats,
+                "fit_repeats": int(fit_repeats), "ekf_repeats": int(ekf_repeats), "digits_rows": digits_rows,
+                "warmup_rows": WARMUP_ROWS, "mnist_warmup_rows": MNIST_WARMUP_ROWS, "device": str(device),
+                "dtype": str(dtype), "blas_threads": blas_threads, "load_average_before": load_before,
+                "issue_mlp_us": ISSUE_MLP_US, "command": command}
+    if "mnist" in suites:
+        settings["mnist_model"] = "MLP 784-500-500-10 ReLU on synthetic 784-d standard-normal rows, 10 classes"
+    shown = display_rows(results)
+    table = format_table(shown, COLUMNS)
+    lines = notes(results, settings, env)
+    warning = load_warning(load_before)
+    if warning:
+        lines.append(warning)
+    for r in results:
+        if r["error"]:
+            lines.append(f"{r['config']}: failed ({r['error']})")
     say("")
     say(table)
     say("")
-    for r in results:
-        if r["error"]:
-            say(f"  {r['config']}: failed ({r['error']})")
-    say(f"  µs/row: median over {repeats} partial_fit calls of {n_rows} rows each (after a warm-up fit "
-        f"of {WARMUP_ROWS} rows and one untimed call); µs/step = per filter step of `batch` rows.")
-    say("  × MLP.partial_fit = µs/row ÷ scikit-learn " + ("MLPClassifier((500, 500))" if mnist else "MLPRegressor((50,))")
-        + ".partial_fit on one row per call (CPU, same process).")
-    say(f"  torch {env['torch']}, {env['torch_threads']} torch threads, {env['cpu_count']} CPUs, load "
-        f"average {env['load_average']}.")
-    warning = load_warning(load_before)
-    if warning:
-        say("  " + warning)
-    out = {"results": results, "table": table, "environment": env, "settings": settings,
+    for line in lines:
+        say("  " + line)
+    out = {"results": results, "table": table, "notes": lines, "environment": env, "settings": settings,
            "seconds": time.perf_counter() - t0}
+    settings["seconds"] = out["seconds"]
     if json_path is not None:
-        path = Path(json_path)
-        if path.parent != Path(""):
-            path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({k: out[k] for k in ("environment", "settings", "results")}, indent=2,
+        path = _prepare(json_path)
+        path.write_text(json.dumps({k: out[k] for k in ("environment", "settings", "results", "notes")}, indent=2,
                                    default=str) + "\n")
         out["json_path"] = path
         say(f"  results written to {path}")
+    if markdown_path is not None:
+        path = _prepare(markdown_path)
+        load = "n/a" if load_before is None else f"{load_before:.2f}"
+        path.write_text(f"<!-- generated by {command or 'python -m skfilter.benchmarks speed'}; 1-min load "
+                        f"average before the run: {load} -->\n\n" + format_table(shown, COLUMNS, markdown=True)
+                        + "\n\n" + "\n".join(f"- {line}" for line in lines) + "\n")
+        out["markdown_path"] = path
+        say(f"  table written to {path}")
     return out
+
+
+def _prepare(path) -> Path:
+    path = Path(path)
+    if path.parent != Path(""):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+#: ``--json`` / ``--markdown`` without a path
+DEFAULT_JSON = "doc/speed.json"
+DEFAULT_MARKDOWN = "doc/speed_table.md"
 
 
 def add_arguments(parser) -> None:
     """Add the ``speed`` options to an :class:`argparse.ArgumentParser`."""
+    parser.add_argument("--suite", nargs="+", metavar="NAME", default=None, choices=[*SECTIONS, "all"],
+                        help=f"sections to run: {', '.join(SECTIONS)} or all (default: {' '.join(DEFAULT_SUITES)}; "
+                             "with --only: every section holding a named workload)")
+    parser.add_argument("--only", nargs="+", metavar="NAME", default=None,
+                        help="time only these workloads (names as in the table; a streaming/digits row runs its "
+                             "whole section)")
     parser.add_argument("--device", default="cpu", help="torch device of the filters ('cpu', 'cuda', ...)")
     parser.add_argument("--dtype", default="float64", choices=["float64", "float32"], help="filter dtype")
     parser.add_argument("--repeats", type=positive_int, default=5, help="timed calls per configuration (median)")
-    parser.add_argument("--n-rows", type=positive_int, default=500, help="rows per timed partial_fit call")
+    parser.add_argument("--n-rows", type=positive_int, default=None,
+                        help=f"rows per timed call (default {DEFAULT_N_ROWS}; {DEFAULT_MNIST_ROWS} for mnist)")
+    parser.add_argument("--fit-repeats", type=positive_int, default=3, help="fits per estimator on digits (median)")
+    parser.add_argument("--ekf-repeats", type=positive_int, default=1, help="EKFClassifier fits in digits-ekf")
+    parser.add_argument("--digits-rows", type=positive_int, default=None, help="first rows of digits only")
     parser.add_argument("--batch-sizes", type=positive_int, nargs="+", default=[1], metavar="B",
-                        help="rows per filter step; every configuration is timed at each size")
-    parser.add_argument("--only", nargs="+", metavar="NAME", default=None,
-                        help="time only these configurations (names as in the table)")
-    parser.add_argument("--no-baseline", action="store_true", help="skip MLPRegressor.partial_fit")
+                        help="rows per filter step; every per-step configuration is timed at each size")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the scikit-learn partial_fit references")
     parser.add_argument("--threads", type=int, default=DEFAULT_THREADS,
-                        help="torch intra-op threads (0: torch's default, one per core)")
+                        help="torch and BLAS threads (0: the libraries' defaults)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", metavar="PATH", default=None, help="write the results as JSON")
+    parser.add_argument("--json", metavar="PATH", nargs="?", const=DEFAULT_JSON, default=None,
+                        help=f"write the record as JSON (no PATH: {DEFAULT_JSON})")
+    parser.add_argument("--markdown", metavar="PATH", nargs="?", const=DEFAULT_MARKDOWN, default=None,
+                        help=f"write the table as Markdown (no PATH: {DEFAULT_MARKDOWN})")
     parser.add_argument("--network", choices=NETWORKS, default="concrete",
-                        help="'concrete': MLP 8-50-1 (P=501); 'mnist': LoFi r10 on MLP 784-500-500-10 (P=648,010)")
+                        help="legacy: 'mnist' = --suite mnist (LoFi r10 on MLP 784-500-500-10, P=648,010)")
+
+
+@contextlib.contextmanager
+def _blas_threads(n):
+    """Limit the BLAS/OpenMP pools numpy and scikit-learn use to ``n`` threads (threadpoolctl)."""
+    if not n:
+        yield None
+        return
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - a scikit-learn dependency
+        yield None
+        return
+    with threadpool_limits(limits=int(n)):
+        yield int(n)
 
 
 def main(args) -> int:
@@ -400,17 +997,28 @@ def main(args) -> int:
     except ValueError as exc:
         print(f"error: {exc}")
         return 2
-    available = MNIST_CONFIGS if args.network == "mnist" else CONFIGS
-    configs = available
+    suites = args.suite
+    if suites is None and args.network == "mnist":
+        suites = ["mnist"]
+    configs, mnist_configs = CONFIGS, MNIST_CONFIGS
     if args.only:
-        names = {c.name for c in available}
+        workloads = section_workloads()
+        chosen = _resolve_suites(suites or list(SECTIONS), "concrete")
+        names = {n for s in chosen for n in workloads[s]}
         unknown = [n for n in args.only if n not in names]
         if unknown:
             print(f"unknown configuration(s) {unknown}; choose from {sorted(names)}")
             return 2
-        configs = [c for c in available if c.name in args.only]
+        suites = [s for s in chosen if any(n in workloads[s] for n in args.only)]
+        configs = [c for c in CONFIGS if c.name in args.only]
+        mnist_configs = [c for c in MNIST_CONFIGS if c.name in args.only]
     configs = with_batch_sizes(configs, args.batch_sizes)
-    with torch_threads(args.threads):
+    mnist_configs = with_batch_sizes(mnist_configs, args.batch_sizes)
+    command = "python -m skfilter.benchmarks speed" + "".join(" " + shlex.quote(a) for a in sys.argv[2:]) \
+        if len(sys.argv) > 1 and sys.argv[1] == "speed" else None
+    with torch_threads(args.threads), _blas_threads(args.threads) as blas:
         run_speed(configs, n_rows=args.n_rows, repeats=args.repeats, device=args.device, dtype=args.dtype,
-                  seed=args.seed, baseline=not args.no_baseline, json_path=args.json, network=args.network)
+                  seed=args.seed, baseline=not args.no_baseline, json_path=args.json, suites=suites,
+                  mnist_configs=mnist_configs, fit_repeats=args.fit_repeats, ekf_repeats=args.ekf_repeats,
+                  digits_rows=args.digits_rows, markdown_path=args.markdown, blas_threads=blas, command=command)
     return 0
