@@ -768,10 +768,36 @@ def notes(results, settings, env) -> list:
                  "of the process per step over the timed calls; sys %: system share of the CPU time.")
     load = settings["load_average_before"]
     load = "n/a" if load is None else f"{load:.2f}"
+    src = env.get("source")
+    if src:
+        lines.append(f"Source: skfilter {env['skfilter']} at commit {src['commit'][:10]}"
+                     + (" with uncommitted changes" if src["dirty"] else "") + ".")
     lines.append(f"Machine: {env['cpu_model']}, {env['cpu_count']} CPUs; torch {env['torch']} with "
                  f"{env['torch_threads']} thread(s), BLAS threads {settings['blas_threads']}, OMP_NUM_THREADS="
                  f"{env['OMP_NUM_THREADS']}; 1-min load average before the run {load}.")
     return lines
+
+
+def source_revision() -> dict | None:
+    """The git commit of the measured package and whether its files differ from it (``None``
+    outside a git checkout, e.g. an installed wheel).
+
+    Returns
+    -------
+    dict or None
+        ``commit`` (hex), ``dirty`` (bool: uncommitted changes under the package directory).
+    """
+    import subprocess
+
+    pkg = Path(__file__).resolve().parents[1]
+    try:
+        commit = subprocess.run(["git", "-C", str(pkg), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10, check=True).stdout.strip()
+        status = subprocess.run(["git", "-C", str(pkg), "status", "--porcelain", "--", "."], capture_output=True,
+                                text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": commit, "dirty": bool(status.strip())} if commit else None
 
 
 def _resolve_suites(suites, network):
@@ -888,7 +914,7 @@ def run_speed(configs=None, n_rows=None, repeats=5, device="cpu", dtype="float64
                                                  classifier=True, warmup_rows=MNIST_WARMUP_ROWS, section="mnist"))
         synchronize(device)
     _relate(results)
-    env = {**environment(), **machine_info()}
+    env = {**environment(), **machine_info(), "source": source_revision()}
     settings = {"suites": suites, "dataset": "concrete (standardised, shuffled with seed %d)" % seed,
                 "model": "MLP 8-50-1 ReLU", "n_rows": rows_main, "mnist_rows": rows_mnist, "repeats": repeats,
                 "fit_repeats": int(fit_repeats), "ekf_repeats": int(ekf_repeats), "digits_rows": digits_rows,
