@@ -8,6 +8,7 @@ import torch
 
 from ._base import (Structure, UpdateInfo, as_variance_vector, check_step, identity_plus_gram_factor,
                     merge_hypotheses, stiffness_limit, sync_step)
+from .full import _spare
 
 
 class DiagonalBelief(NamedTuple):
@@ -19,6 +20,19 @@ class DiagonalBelief(NamedTuple):
 
 def _as_matrix(C):
     return C.reshape(1, 1) if C.dim() == 0 else C
+
+
+def _addcmul(a, b, c, out, value=1.0):
+    """``a + value · b ⊙ c`` (broadcast to ``a``'s shape), into ``out`` when it is given."""
+    return torch.addcmul(a, b, c, value=value) if out is None else torch.addcmul(a, b, c, value=value, out=out)
+
+
+def _add(a, b, out):
+    return a + b if out is None else torch.add(a, b, out=out)
+
+
+def _sub(a, b, out):
+    return a - b if out is None else torch.sub(a, b, out=out)
 
 
 def _innovation(Hw, v, ew, stiff=False):
@@ -144,7 +158,11 @@ class DiagonalCovariance(Structure):
         return DiagonalBelief(mean, var)
 
     def update(self, belief, Hw, ew, workspace=None):
-        mu, new_var, C, info = self._step(belief, Hw, ew, stiff=False)
+        outs = (None, None)
+        if workspace is not None:  # the new mean and variances into the dead belief's arrays
+            avoid = (belief.mean, belief.var, Hw, ew)
+            outs = (_spare(workspace.mean, belief.mean, avoid), _spare(workspace.var, belief.var, avoid))
+        mu, new_var, C, info = self._step(belief, Hw, ew, stiff=False, outs=outs)
         values = [mu] + ([] if C is None else [C])
         if C is None:  # VD with the paper's mean: no innovation, no cancellation
             check_step(values, positive=new_var, info=info)
@@ -177,29 +195,41 @@ class DiagonalCovariance(Structure):
             C_s = torch.where(keep[..., None, None], C, C_s)
         return safe, UpdateInfo(lambda: (_as_matrix(C_s), ew))
 
-    def _step(self, belief, Hw, ew, stiff):
+    def _step(self, belief, Hw, ew, stiff, outs=(None, None)):
         """The update's arithmetic: ``(μ', v', C, info)`` (``C``, ``info`` None for VD with the paper's
-        mean), in the plain or the stiff forms (class docstring), unchecked."""
+        mean), in the plain or the stiff forms (class docstring), unchecked. ``outs``: tensors shaped
+        like the mean and the variances that ``μ'`` and ``v'`` may be written into (None: new ones)."""
         mu, v = belief
+        mean_out, var_out = outs
         C = info = None
+        one_row = Hw.dim() == 2 and Hw.shape[0] == 1  # one belief, one row: the scalar paths
         if self.projection == "fd" or self.vd_mean == "exact":
             C, Z, info = _innovation(Hw, v, ew, stiff)
             if C.dim() == 0:  # the scalar path: C = √S
-                mu = mu + Z[0] * (ew[0] / C)
+                mu = _addcmul(mu, Z[0], ew[0] / C, mean_out)
             elif Hw.shape[-2] == 1:
-                mu = mu + Z[..., 0, :] * (ew[..., 0] / C[..., 0, 0])[..., None]
+                mu = _addcmul(mu, Z[..., 0, :], (ew[..., 0] / C[..., 0, 0])[..., None], mean_out)
             else:
                 z = torch.linalg.solve_triangular(C, ew.unsqueeze(-1), upper=False)
-                mu = mu + (Z.mT @ z)[..., 0]
+                mu = _add(mu, (Z.mT @ z)[..., 0], mean_out)
         if self.projection == "fd":
-            new_var = v - (Z * Z).sum(-2)
+            if one_row and not stiff:
+                new_var = _addcmul(v, Z[0], Z[0], var_out, value=-1.0)  # v − z², one pass
+            else:
+                new_var = _sub(v, (Z * Z).sum(-2), var_out)
             if stiff:
                 new_var = _excluded_fd_variance(Hw, v, new_var, Z)
         else:
-            new_var = 1.0 / (1.0 / v + (Hw * Hw).sum(-2))
+            # 1/v' = 1/v + colsum(Hw ⊙ Hw), in place on one array
+            new_var = torch.reciprocal(v) if var_out is None else torch.reciprocal(v, out=var_out)
+            if one_row:
+                new_var.addcmul_(Hw[0], Hw[0])
+            else:
+                new_var.add_((Hw * Hw).sum(-2))
+            new_var.reciprocal_()
             if self.vd_mean == "paper":
-                Hte = Hw.T @ ew if Hw.dim() == 2 else (Hw.mT @ ew.unsqueeze(-1))[..., 0]
-                mu = mu + new_var * Hte
+                Hte = Hw[0] * ew[0] if one_row else (Hw.T @ ew if Hw.dim() == 2 else (Hw.mT @ ew.unsqueeze(-1))[..., 0])
+                mu = _addcmul(mu, new_var, Hte, mean_out)
         return mu, new_var, C, info
 
     def quadratic_form(self, belief, J):
