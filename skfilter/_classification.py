@@ -46,7 +46,38 @@ class FilterClassifierMixin(ProbabilisticClassifierMixin, ClassifierMixin):
         return y.ndim == 1 and (y.dtype.kind in "iubU" or (y.dtype.kind == "f" and bool(np.isfinite(y).all())))
 
     def _encode_targets(self, y, first, classes=None):
+        if not first and classes is None:
+            index = self._fast_label_index(y)
+            if index is not None:
+                return index
         return encode_class_labels(self, y, first, classes)
+
+    #: at most this many labels take :meth:`_fast_label_index` (scikit-learn warns about a
+    #: continuous-looking target from 21 labels on, which the full path then does)
+    _FAST_LABELS = 20
+
+    def _fast_label_index(self, y):
+        """What :func:`~skfilter._validation.encode_class_labels` returns for a later call's few
+        labels (an ndarray of at most :attr:`_FAST_LABELS`), when it would neither raise nor warn —
+        1-d labels of a kind ``type_of_target`` calls binary or multiclass (integers, booleans,
+        strings, integral finite floats) of the same kind as ``classes_``, all of them in
+        ``classes_`` — checked in a few µs (scikit-learn's ``check_classification_targets`` costs
+        ~0.1–0.3 ms a call); ``None`` otherwise, for the full path and its errors."""
+        if type(y) is not np.ndarray or y.ndim != 1 or not 0 < y.shape[0] <= self._FAST_LABELS:
+            return None
+        kind, known = y.dtype.kind, self.classes_
+        if kind == "f":  # sklearn: "continuous" unless every value is an integer
+            if not np.isfinite(y).all() or (y != y.astype(np.int64).astype(y.dtype)).any():
+                return None
+        elif kind not in "iubU":
+            return None
+        numeric = kind != "U"
+        if known.dtype.kind not in ("iubf" if numeric else "U"):
+            return None
+        index = np.searchsorted(known, y)
+        if (index >= known.shape[0]).any() or (known[np.minimum(index, known.shape[0] - 1)] != y).any():
+            return None  # an unknown label: the full path raises
+        return index
 
     def _n_model_outputs(self):
         K = len(self.classes_)
@@ -97,7 +128,8 @@ class FilterClassifierMixin(ProbabilisticClassifierMixin, ClassifierMixin):
         proba : ndarray of shape (n_samples, n_classes)
             Columns in the order of ``classes_``.
         """
-        proba = to_numpy(self._predictive_summary(self._predict_tensor(X)))
+        rows, Xt = self._predict_rows(X)
+        proba = to_numpy(self._predictive_summary(Xt, rows))
         self._check_finite_prediction(proba)  # a ValueError, never NaN probabilities
         return proba
 

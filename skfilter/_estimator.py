@@ -19,23 +19,67 @@ Guarantees (DESIGN.md, conventions):
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
-from ._utils import check_scalar, progress_bar, resolve_device, resolve_dtype, torch_generator
+from ._utils import check_fitted, check_scalar, is_frozen, magnitude_bound, memo_for, output_limit
+from ._utils import progress_bar, resolve_device, resolve_dtype, torch_generator
 from .dynamics import Dynamics, Reference
 from .filtering import EngineParts, FilterState, run_filter
 from .posteriors import Posterior, map_belief, select_hypothesis
-from .models import build_module, make_adapter, standardize_mlp
+from .models import MLPAdapter, build_module, make_adapter, standardize_mlp
 from .priors import auto_prior, input_standardization
-from ._validation import check_int, check_network_params, check_no_unknown_kwargs, unchanged_on_error
+from ._validation import check_data_magnitude, check_finite_output, check_int, check_network_params
+from ._validation import check_no_unknown_kwargs, unchanged_on_error
 from ._validation import PrefixedParamsMixin, check_structural_params_unchanged
 
 #: maximal number of Jacobian entries (rows × outputs × parameters) held at once when predicting
 _PREDICT_CHUNK_ENTRIES = 1 << 23
+
+#: the largest ``X`` (entries) whose model outputs a prediction remembers for the next ``partial_fit``
+#: (:meth:`BaseFilter._remember_outputs`)
+_REMEMBERED_OUTPUT_ENTRIES = 1 << 12
+
+
+_NUMPY_DTYPES = {torch.float64: np.float64, torch.float32: np.float32}
+
+
+class _Nothing:
+    """A context manager doing nothing (cheaper than ``contextlib.nullcontext()`` per call)."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+_NOTHING = _Nothing()
+
+
+def _no_grad_for(adapter):
+    """``torch.no_grad()`` for an adapter whose outputs could carry autograd history (a user's
+    module through torch.func); nothing for the fused MLP adapter, whose hand-written pass on
+    tensors that never require grad (the belief, the rows) records none, and which a one-row
+    prediction would otherwise pay ~2 µs to enter and leave."""
+    if type(adapter) is MLPAdapter or not torch.is_grad_enabled():
+        return _NOTHING
+    return torch.no_grad()
+
+
+def _largest(t) -> float:
+    """``max |t|`` of a tensor as a float (NaN if any entry is NaN), on the host's NumPy view for a
+    CPU tensor."""
+    if t.device.type == "cpu" and not t.requires_grad:
+        return float(np.abs(t.numpy()).max())
+    return t.abs().max().item()
 
 
 def _select_noise(noise, k):
@@ -48,6 +92,31 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
 
     # -- parameters ---------------------------------------------------------------------------
     def _check_params(self) -> dict:
+        """Validate the hyper-parameters; returns the resolved settings (a dict nobody modifies).
+
+        A streaming loop calls this at every ``partial_fit``: the settings are remembered (see
+        :func:`skfilter._utils.memo_for`) with the parameter objects they were validated from, and
+        returned again while the instance dictionary has the same keys and every public attribute
+        is the same object, provided every one of them is a value that cannot change in place
+        (:func:`skfilter._utils.is_frozen`: numbers, strings, devices, dtypes, classes, tuples of
+        them). Anything else (a list, an array, a module instance) is validated at every call."""
+        state = self.__dict__
+        memo = memo_for(self)
+        known = memo.get("params")
+        if known is not None:
+            keys, names, values, cfg = known
+            if keys == tuple(state) and all(map(operator.is_, map(state.get, names), values)):
+                return cfg
+        cfg = self._validate_params()
+        names = tuple(k for k in state if k[0] != "_" and k[-1] != "_")
+        values = tuple(state[k] for k in names)
+        if all(map(is_frozen, values)):
+            memo["params"] = (tuple(state), names, values, cfg)
+        else:
+            memo.pop("params", None)
+        return cfg
+
+    def _validate_params(self) -> dict:
         """Validate the hyper-parameters shared by every filter; returns the resolved settings."""
         check_no_unknown_kwargs(self, self._param_prefixes)
         device = resolve_device(self.device)
@@ -123,7 +192,7 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
         (:func:`skfilter.filtering.filter_step`) with their own weighting or hypotheses axis; a
         weighting set with :meth:`_set_weighting` is part of the parts.
         """
-        check_is_fitted(self)
+        check_fitted(self, "filter_state_")
         return EngineParts(self._adapter, self._likelihood, self._structure, self._dynamics, self._reference,
                            getattr(self, "_weighting", None))
 
@@ -151,20 +220,57 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
 
     # -- data -----------------------------------------------------------------------------------
     def _tensor(self, a, dtype=None):
-        return torch.tensor(np.ascontiguousarray(a), dtype=dtype or self._dtype, device=self._device)
+        """A new tensor of the estimator's dtype (or ``dtype``) and device holding a copy of ``a``."""
+        dtype = dtype or self._dtype
+        if self._device.type == "cpu":  # a NumPy copy wrapped: the same values, a few µs less
+            return torch.from_numpy(np.array(a, dtype=_NUMPY_DTYPES[dtype], order="C", copy=True))
+        return torch.tensor(np.ascontiguousarray(a), dtype=dtype, device=self._device)
 
     def _validate_X(self, X, reset):
         """``X`` checked as scikit-learn does, and (fitted estimators) against the magnitude bound of
         the estimator's dtype (:meth:`_check_data_magnitude`)."""
-        fast = None
-        if not reset and type(X) is np.ndarray and not hasattr(self, "feature_names_in_") \
-                and X.ndim == 2 and X.dtype in (np.float64, np.float32) and X.shape[0] > 0 \
-                and X.shape[1] == getattr(self, "n_features_in_", -1) and np.isfinite(X).all():
-            fast = X  # what validate_data would return (see _validate_fast)
-        X = fast if fast is not None else validate_data(self, X, reset=reset, accept_sparse=False,
-                                                         dtype=[np.float64, np.float32], ensure_all_finite=True)
+        if not reset and "_dtype" in self.__dict__:
+            fast = self._fast_rows(X, self._dtype)
+            if fast is not None:
+                return fast
+        X = validate_data(self, X, reset=reset, accept_sparse=False, dtype=[np.float64, np.float32],
+                          ensure_all_finite=True)
         if not reset and hasattr(self, "_dtype"):
             self._check_data_magnitude(self._dtype, X=X)
+        return X
+
+    def _fast_rows(self, X, dtype):
+        """What ``validate_data(self, X, reset=False, …)`` returns — and the magnitude check in
+        ``dtype`` passes — for the rows a streaming loop passes to a fitted estimator, checked here
+        in a few microseconds (scikit-learn's checks cost 20–60 µs a call); ``None`` for anything
+        else, which then takes scikit-learn's path (its conversions, warnings and errors).
+
+        Accepted: a 2-d float64/float32 ndarray (returned as is, as ``check_array`` does), or a list
+        or tuple of rows of real numbers (converted to float64, as ``check_array`` converts a list),
+        with the fitted number of features, at least one row, and every entry finite and within
+        :func:`skfilter._utils.magnitude_bound` of ``dtype``; the estimator was fitted without
+        feature names (a fitted DataFrame's names are checked, and warned about, by scikit-learn)."""
+        t = type(X)
+        if t is np.ndarray:
+            if X.dtype != np.float64 and X.dtype != np.float32:
+                return None
+        elif t is list or t is tuple:
+            try:
+                X = np.asarray(X)
+            except (ValueError, TypeError):  # ragged rows and the like: scikit-learn's error
+                return None
+            if X.dtype.kind not in "fiu":
+                return None
+            X = X.astype(np.float64)
+        else:
+            return None
+        if X.ndim != 2 or X.shape[0] == 0 or "feature_names_in_" in self.__dict__ \
+                or X.shape[1] != self.__dict__.get("n_features_in_", -1):
+            return None
+        # as a Python float: a float32 maximum would be compared in float32, where the float64
+        # bound is infinite (and an infinite entry would pass); False for NaN
+        if not float(np.abs(X).max()) <= magnitude_bound(dtype):
+            return None
         return X
 
     def _validate_weights(self, sample_weight, X):
@@ -181,35 +287,61 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
         :func:`skfilter._utils.magnitude_bound` (``finfo(dtype).max ** (1/4)``) makes ``h``, ``J`` or
         ``J Σ Jᵀ`` overflow, and a float64 value beyond the float32 range would become infinite in a
         float32 estimator. ``arrays``: ``name=array``."""
-        from ._utils import magnitude_bound
-        from ._validation import check_data_magnitude
-
-        bound, name = magnitude_bound(dtype), str(dtype).replace("torch.", "")
+        bound = magnitude_bound(dtype)
         for key, a in arrays.items():
             if a is not None:
-                check_data_magnitude(key, a, bound, name)
+                check_data_magnitude(key, a, bound, dtype)
 
-    @torch.no_grad()
     def _check_model_outputs(self, X):
         """Reject rows at which the network's output at the current mean is not finite or so large
         that its square overflows (one forward pass of the rows, before any is learned; its cost is
-        a small fraction of a step's forward-and-Jacobian per row)."""
-        Xt, mean = self._tensor(X), self.filter_state_.belief.mean
-        limit = float(torch.finfo(self._dtype).max) ** 0.5
-        for a in range(0, Xt.shape[0], 1 << 16):
-            biggest = self._adapter.forward(mean, Xt[a:a + (1 << 16)]).abs().max().item()  # NaN stays NaN
+        a small fraction of a step's forward-and-Jacobian per row). The outputs a prediction of the
+        same rows from the same state computed are used instead when remembered
+        (:meth:`_remember_outputs`: a streaming loop predicts a row, then learns it)."""
+        limit = output_limit(self._dtype)
+        biggest = self._remembered_outputs(X)
+        if biggest is not None:
             if not biggest <= limit:
-                raise ValueError(
-                    f"X has rows at which the network's output at the current parameters is {biggest:.3g} "
-                    f"(not finite, or above {limit:.3g}, whose square overflows in {self._dtype}): the "
-                    "inputs are too large for the network; nothing was learned. Standardise X (e.g. "
-                    "sklearn.preprocessing.StandardScaler).")
+                self._raise_output_too_large(biggest, limit)
+            return
+        Xt, mean = self._tensor(X), self.filter_state_.belief.mean
+        with _no_grad_for(self._adapter):
+            for a in range(0, Xt.shape[0], 1 << 16):
+                biggest = _largest(self._adapter.forward(mean, Xt[a:a + (1 << 16)]))
+                if not biggest <= limit:  # NaN too
+                    self._raise_output_too_large(biggest, limit)
+
+    def _raise_output_too_large(self, biggest, limit):
+        raise ValueError(
+            f"X has rows at which the network's output at the current parameters is {biggest:.3g} "
+            f"(not finite, or above {limit:.3g}, whose square overflows in {self._dtype}): the "
+            "inputs are too large for the network; nothing was learned. Standardise X (e.g. "
+            "sklearn.preprocessing.StandardScaler).")
+
+    def _remember_outputs(self, X, f, by_forward=False):
+        """Remember, for the next ``partial_fit``'s :meth:`_check_model_outputs`, the largest
+        ``|h(μ, x)|`` of the rows ``X`` (validated, NumPy) that a prediction computed as ``f`` at the
+        current mean(s) ``μ`` of the current state (small ``X`` only; a copy, so that a caller
+        reusing its buffer cannot make it stale). Only outputs computed as the check computes them:
+        by the adapter's ``forward`` (``by_forward``), or by the fused MLP adapter, whose
+        ``forward_jacobian`` runs the same forward pass."""
+        if X.size <= _REMEMBERED_OUTPUT_ENTRIES and (by_forward or type(self._adapter) is MLPAdapter):
+            memo_for(self)["outputs"] = (self.filter_state_, X.copy(), _largest(f))
+
+    def _remembered_outputs(self, X):
+        """The largest ``|h(μ, x)|`` remembered by :meth:`_remember_outputs` if it was for the
+        current state and for rows equal to ``X``; ``None`` otherwise. Forgets it either way."""
+        known = memo_for(self).pop("outputs", None)
+        if known is None:
+            return None
+        state, rows, biggest = known
+        if state is self.filter_state_ and rows.shape == X.shape and np.array_equal(rows, X):
+            return biggest
+        return None
 
     def _check_finite_prediction(self, *values):
         """Raise ``ValueError`` instead of returning a non-finite prediction."""
-        from ._validation import check_finite_output
-
-        check_finite_output(values, f"The prediction of {type(self).__name__}")
+        check_finite_output(values, "The prediction of", self)
 
     # -- building the filter ------------------------------------------------------------------
     def _initialize(self, X, cfg, n_outputs, Y=None, weights=None):
@@ -289,13 +421,17 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
         the current device/dtype. Returns ``(X, Y, w, cfg)``: the rows, the encoded targets, the
         sample weights and the resolved settings, ready for the engine. Leaves the estimator as it
         was on any error. Wrappers that run their own loop (:mod:`skfilter.bocd`) start here."""
+        memo = memo_for(self)
         with unchanged_on_error(self):
             cfg = self._check_params()
             first = reset or not hasattr(self, "filter_state_")
             if not first:
-                check_is_fitted(self)
-                check_structural_params_unchanged(self, self._structural_values)
-            fast = None if first else self._validate_fast(X, y)
+                # passed before for these parameter objects (the same cfg: see _check_params)
+                known = memo.get("structural")
+                if known is None or known[0] is not cfg or known[1] is not self._structural_values:
+                    check_structural_params_unchanged(self, self._structural_values)
+                    memo["structural"] = (cfg, self._structural_values)
+            fast = None if first else self._validate_fast(X, y, cfg["dtype"])
             if fast is None:
                 X, y = validate_data(self, X, y, reset=first, accept_sparse=False,
                                      dtype=[np.float64, np.float32], ensure_all_finite=True,
@@ -306,7 +442,8 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
                 raise ValueError("Found array with 0 sample(s) while a minimum of 1 is required.")
             w = self._validate_weights(sample_weight, X)
             Y = self._encode_targets(y, first=first, classes=classes)
-            self._check_data_magnitude(cfg["dtype"], X=X, y=Y, sample_weight=w)
+            # X passed the magnitude bound on the fast path
+            self._check_data_magnitude(cfg["dtype"], X=None if fast is not None else X, y=Y, sample_weight=w)
             if first:
                 self._initialize(X, cfg, self._n_model_outputs(), Y, w)
             elif cfg["device"] != self._device or cfg["dtype"] != self._dtype:
@@ -315,23 +452,35 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
                 from .models import check_no_train_mode_layers
                 check_no_train_mode_layers(self._adapter.train_mode_layers)
             self._check_model_outputs(X)
-        self._dynamics = self._make_dynamics(cfg)
+        # the dynamics of these settings and this prior (built again only when either changed)
+        known = memo.get("dynamics")
+        if known is not None and known[0] is cfg and known[1] is self._reference:
+            self._dynamics = known[2]
+        else:
+            self._dynamics = self._make_dynamics(cfg)
+            memo["dynamics"] = (cfg, self._reference, self._dynamics)
         return X, Y, w, cfg
 
-    def _validate_fast(self, X, y):
-        """``(X, y)`` when a fitted estimator gets plain NumPy rows that scikit-learn's
-        ``validate_data`` would pass unchanged — 2-d float64/float32 ``X`` with the fitted number of
-        features, all finite, no feature names on either side, matching numeric targets — checked
-        here in a few microseconds; ``None`` for anything else (scikit-learn's path then validates,
-        converts, or raises its own error). A row-by-row streaming loop calls ``partial_fit``
-        once per row: scikit-learn's checks cost ~0.5 ms a call."""
-        if type(X) is not np.ndarray or type(y) is not np.ndarray or hasattr(self, "feature_names_in_"):
+    def _validate_fast(self, X, y, dtype):
+        """``(X, y)`` when a fitted estimator gets plain rows that scikit-learn's ``validate_data``
+        would return unchanged (or, for lists, convert as here) and that pass the magnitude bound
+        of ``dtype`` — :meth:`_fast_rows` ``X`` and matching numeric targets (an ndarray, or a list
+        or tuple that ``numpy.asarray`` makes one) — checked here in a few microseconds; ``None``
+        for anything else (scikit-learn's path then validates, converts, or raises its own error).
+        A row-by-row streaming loop calls ``partial_fit`` once per row: scikit-learn's checks cost
+        ~0.2–0.5 ms a call."""
+        t = type(y)
+        if t is list or t is tuple:
+            try:
+                y = np.asarray(y)
+            except (ValueError, TypeError):
+                return None
+        elif t is not np.ndarray:
             return None
-        if X.ndim != 2 or X.dtype not in (np.float64, np.float32) or X.shape[0] == 0:
+        if y.ndim == 0 or not self._fast_targets_ok(y):
             return None
-        if X.shape[1] != self.n_features_in_ or y.shape[0] != X.shape[0] or not self._fast_targets_ok(y):
-            return None
-        if not np.isfinite(X).all():
+        X = self._fast_rows(X, dtype)
+        if X is None or y.shape[0] != X.shape[0]:
             return None
         return X, y
 
@@ -385,24 +534,35 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
 
     # -- predictive machinery -----------------------------------------------------------------
     def _predict_tensor(self, X):
-        check_is_fitted(self)
+        return self._predict_rows(X)[1]
+
+    def _predict_rows(self, X):
+        """The validated rows ``X`` (NumPy) and their tensor, for a prediction."""
+        check_fitted(self, "filter_state_")
         X = self._validate_X(X, reset=False)  # includes the magnitude bound of the estimator's dtype
-        return self._tensor(X)
+        return X, self._tensor(X)
 
     def _chunks(self, n, n_hypotheses=1):
         per_row = max(1, n_hypotheses * self._adapter.n_outputs * self.n_params_)
         size = max(1, _PREDICT_CHUNK_ENTRIES // per_row)
         return [(i, min(i + size, n)) for i in range(0, n, size)]
 
-    @torch.no_grad()
     def _linearized(self, Xt, belief=None):
         """Model output ``f (…, n, C)`` at the posterior mean and the diagonal of ``J Σ Jᵀ``,
         ``(…, n, C)`` (spec/lofi.md §2.8 B.1; the current belief, or ``belief`` — with hypotheses
         axes, for each hypothesis — with no predict step)."""
+        with _no_grad_for(self._adapter):
+            return self._linearized_outputs(Xt, belief)
+
+    def _linearized_outputs(self, Xt, belief):
         belief = self.filter_state_.belief if belief is None else belief
         n_hyp = max(1, belief.mean[..., 0].numel())
+        chunks = self._chunks(Xt.shape[0], n_hyp)
+        if len(chunks) == 1:
+            f, J = self._adapter.forward_jacobian(belief.mean, Xt)
+            return f, self._structure.quadratic_diagonal(belief, J)
         fs, vs = [], []
-        for a, b in self._chunks(Xt.shape[0], n_hyp):
+        for a, b in chunks:
             f, J = self._adapter.forward_jacobian(belief.mean, Xt[a:b])
             fs.append(f)
             vs.append(self._structure.quadratic_diagonal(belief, J))
@@ -454,30 +614,37 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
 
         return record
 
-    def _predictive_summary(self, Xt):
+    def _predictive_summary(self, Xt, rows=None):
         """The estimator's predictive at ``Xt`` from the current belief (see :meth:`_summarize`);
         for a mixture state (``filter_state_.log_weights``), the mixture of the hypotheses'
-        predictives (:meth:`_mix_summaries`)."""
+        predictives (:meth:`_mix_summaries`). ``rows``: ``Xt`` as validated NumPy rows, whose
+        model outputs are then remembered for the next ``partial_fit`` (:meth:`_remember_outputs`)."""
         state = self.filter_state_
         if state.log_weights is None:
-            return self._summary_of(state.belief, state.noise, Xt)
+            return self._summary_of(state.belief, state.noise, Xt, rows)
         weights = torch.softmax(state.log_weights, 0)
         if self.predictive == "mc":  # the structures sample one belief at a time
             per = torch.stack([self._summary_of(select_hypothesis(state.belief, k), _select_noise(state.noise, k),
                                                 Xt) for k in range(weights.shape[0])])
         else:
-            per = self._summary_of(state.belief, state.noise, Xt)  # all hypotheses in one batch
+            per = self._summary_of(state.belief, state.noise, Xt, rows)  # all hypotheses in one batch
         return self._mix_summaries(per, weights)
 
-    def _summary_of(self, belief, noise, Xt):
+    def _summary_of(self, belief, noise, Xt, rows=None):
         """The predictive summary of ``belief`` with noise state ``noise`` (leading hypotheses axes
-        allowed except for ``predictive='mc'``)."""
+        allowed except for ``predictive='mc'``). With ``rows`` (``belief`` is the current one), the
+        outputs at the mean are remembered (:meth:`_remember_outputs`)."""
         if self.predictive == "mc":
             return self._summarize(self._sampled_outputs(Xt, self.n_mc_samples, self._mc_seed, belief), None,
                                    noise, "mc")
         if self.predictive == "plugin":
-            return self._summarize(self._plugin(Xt, belief), None, noise, "plugin")
+            f = self._plugin(Xt, belief)
+            if rows is not None:
+                self._remember_outputs(rows, f, by_forward=True)
+            return self._summarize(f, None, noise, "plugin")
         f, v = self._linearized(Xt, belief)
+        if rows is not None:
+            self._remember_outputs(rows, f)
         return self._summarize(f, v, noise, self.predictive)
 
     def _mix_summaries(self, summaries, weights):

@@ -7,14 +7,13 @@ clear error and leaves the estimator exactly as it was.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import numbers
 
 import numpy as np
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted
 
+from ._utils import check_fitted
 from .exceptions import FilterStepError
 from .models import ACTIVATIONS
 
@@ -34,22 +33,29 @@ __all__ = [
 ]
 
 
-@contextlib.contextmanager
-def unchanged_on_error(est):
-    """Restore ``est.__dict__`` if the block raises anything but a :class:`FilterStepError`.
+class unchanged_on_error:
+    """Context manager: restore ``est.__dict__`` if the block raises anything but a
+    :class:`FilterStepError`.
 
     A filter-step failure is not bad input: the estimator keeps the belief (or weights) from before
-    the failing step, which the streaming loop has already put back.
+    the failing step, which the streaming loop has already put back. (A class rather than a
+    generator context manager: it is entered at every ``fit``/``partial_fit`` call.)
     """
-    snapshot = dict(vars(est))
-    try:
-        yield
-    except FilterStepError:
-        raise
-    except BaseException:
-        vars(est).clear()
-        vars(est).update(snapshot)
-        raise
+
+    __slots__ = ("est", "snapshot")
+
+    def __init__(self, est):
+        self.est = est
+
+    def __enter__(self):
+        self.snapshot = dict(vars(self.est))
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None and not issubclass(exc_type, FilterStepError):
+            state = vars(self.est)
+            state.clear()
+            state.update(self.snapshot)
+        return False
 
 
 def _same_value(a, b) -> bool:
@@ -148,13 +154,15 @@ def check_class_module_outputs(n_outputs, n_classes):
 
 def check_data_magnitude(name, a, bound, dtype_name):
     """Raise ``ValueError`` if a finite array ``a`` has an entry with ``|value| > bound``
-    (:func:`skfilter._utils.magnitude_bound` of the estimator's dtype ``dtype_name``): such values
-    make the filter's products overflow, and are rejected before anything is learned."""
+    (:func:`skfilter._utils.magnitude_bound` of the estimator's dtype ``dtype_name``, a name or a
+    torch dtype): such values make the filter's products overflow, and are rejected before
+    anything is learned."""
     a = np.asarray(a)
     if a.size == 0 or a.dtype.kind not in "fiu":
         return
-    biggest = float(np.max(np.abs(a)))
+    biggest = float(np.abs(a).max())
     if biggest > bound:
+        dtype_name = str(dtype_name).replace("torch.", "")
         raise ValueError(
             f"{name} has an entry of magnitude {biggest:.3g}, above {bound:.3g}, the largest accepted with "
             f"dtype={dtype_name!r}: the filter's products of such values (the network output, its Jacobian "
@@ -163,11 +171,14 @@ def check_data_magnitude(name, a, bound, dtype_name):
         )
 
 
-def check_finite_output(values, what):
+def check_finite_output(values, what, est=None):
     """Raise ``ValueError`` if a prediction or model output is not finite (overflow at inputs far
-    from the data), instead of returning NaN or infinity."""
+    from the data), instead of returning NaN or infinity. ``what`` names it (followed by the class
+    name of ``est`` if given)."""
     for v in values:
-        if not bool(np.all(np.isfinite(v))):
+        if not np.isfinite(v).all():
+            if est is not None:
+                what = f"{what} {type(est).__name__}"
             raise ValueError(
                 f"{what} is not finite for some rows of X (the network overflows at these inputs: "
                 "their magnitude is too large for the current parameters). Standardise X, or predict "
@@ -191,7 +202,7 @@ def regression_target_matrix(est, y, first) -> np.ndarray:
                 "targets (None) cannot be learned: drop those rows."
             )
     y = y.astype(np.float64)
-    if not np.all(np.isfinite(y)):
+    if not np.isfinite(y).all():
         raise ValueError("y contains NaN, infinity or None (missing targets): every target must be a finite "
                          "number; drop the rows without one.")
     width = 1 if y.ndim == 1 else y.shape[1]
@@ -301,5 +312,5 @@ class ProbabilisticClassifierMixin:
         -------
         y : ndarray of shape (n_samples,)
         """
-        check_is_fitted(self)
+        check_fitted(self, "filter_state_")  # check_is_fitted, fast for the filters
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]

@@ -43,7 +43,7 @@ from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
 from ._meta import FilterMetaEstimator, PredictingClassifierMixin, PredictingRegressorMixin, is_filter
-from ._utils import to_numpy
+from ._utils import check_fitted, memo_for, to_numpy
 from .exceptions import FilterStepError
 from .filtering import FilterState
 from .runlength import RESETS, RunLengthState, initial_state, run_runlength
@@ -107,7 +107,7 @@ class _BOCDMeta(FilterMetaEstimator):
             base = self._new_base()
             inner = base._filter_for(True, y, sample_weight) if isinstance(base, FilterMetaEstimator) else base
         else:
-            check_is_fitted(self, "estimator_")
+            check_fitted(self, "estimator_", named=True)
             self._check_structure_unchanged()
             base = self.estimator_
             inner = base._filter_for(False, y, sample_weight) if isinstance(base, FilterMetaEstimator) else base
@@ -135,8 +135,7 @@ class _BOCDMeta(FilterMetaEstimator):
                 prior_noise = {k: v.to(device=cfg["device"], dtype=cfg["dtype"]) for k, v in prior_noise.items()}
             state = state._replace(filter=inner.filter_state_)  # moved with the estimator if the device changed
         parts = inner._engine_parts()
-        reference = parts.reference
-        prior = FilterState(parts.structure.prior(reference.mean, reference.variance), prior_noise, 0)
+        prior = FilterState(self._prior_belief(parts), prior_noise, 0)
         Xt, Yt = inner._tensor(X), inner._tensor(inner._target_matrix(Y))
         wt = None if w is None else inner._tensor(w)
         try:
@@ -150,6 +149,18 @@ class _BOCDMeta(FilterMetaEstimator):
             raise
         self._install(base, inner, state, prior_noise)
         return out
+
+    def _prior_belief(self, parts):
+        """The prior belief a new regime starts from, built from the reference once per structure
+        and reference (a streaming loop asks at every call; beliefs are values, never modified)."""
+        reference = parts.reference
+        memo = memo_for(self)
+        known = memo.get("prior")
+        if known is not None and known[0] is parts.structure and known[1] is reference:
+            return known[2]
+        prior = parts.structure.prior(reference.mean, reference.variance)
+        memo["prior"] = (parts.structure, reference, prior)
+        return prior
 
     def _install(self, base, inner, state: RunLengthState, prior_noise):
         inner.filter_state_ = state.filter  # the base's predictive is the mixture's

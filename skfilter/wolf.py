@@ -22,11 +22,13 @@ Huber) it is bounded.
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin
-from sklearn.utils.validation import check_is_fitted
 
 from ._meta import FilterMetaEstimator, PredictingClassifierMixin, PredictingRegressorMixin, is_filter
+from ._utils import check_fitted, is_frozen, memo_for
 from .exceptions import FilterStepError
 from .priors import target_scale
 from .weighting import WEIGHTINGS, WeightingFunction, make_weighting
@@ -116,6 +118,22 @@ class _WoLFMeta(FilterMetaEstimator):
                 threshold = AUTO_CLASSIFIER_THRESHOLD * target_scale
         return make_weighting(self.weighting, threshold)
 
+    def _weighting_for(self, target_scale):
+        """:meth:`_weighting_function`, the installed ``weighting_`` itself again while ``weighting``
+        and ``threshold`` are the same objects, both values that cannot change in place (a name and
+        a number), and the target scale is the same (a streaming loop asks at every call)."""
+        key = (self.weighting, self.threshold, target_scale)
+        memo = memo_for(self)
+        known = memo.get("weighting")
+        current = getattr(self, "weighting_", None)
+        if known is not None and current is not None and known[1] is current \
+                and all(map(operator.is_, known[0], key)):
+            return current
+        weighting = self._weighting_function(target_scale)
+        if all(map(is_frozen, key)):
+            memo["weighting"] = (key, weighting)
+        return weighting
+
     def _prepare(self, first, y, sample_weight, classes=None):
         """``(base, scale, weighting, previous)``: the filter for this call (a new clone when
         ``first``) with the weighting of the current parameters installed, and the weighting it had."""
@@ -123,10 +141,10 @@ class _WoLFMeta(FilterMetaEstimator):
             base = self._new_base()
             scale = self._target_scale(y, sample_weight, classes)
         else:
-            check_is_fitted(self, "estimator_")
+            check_fitted(self, "estimator_", named=True)
             self._check_structure_unchanged()
             base, scale = self.estimator_, self.target_scale_
-        weighting = self._weighting_function(scale)  # raises on a bad weighting/threshold
+        weighting = self._weighting_for(scale)  # raises on a bad weighting/threshold
         previous = getattr(self, "weighting_", None)
         base._set_weighting(weighting)
         return base, scale, weighting, previous
