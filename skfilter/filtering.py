@@ -29,7 +29,9 @@ structure updates all hypotheses in one batched operation.
 
 On the CPU, when both the likelihood and the structure take NumPy arrays (``host_arrays``,
 :meth:`~skfilter.posteriors.LowRankPrecision.uses_host_arrays`), stage 6's whitening runs on
-zero-copy NumPy views (:mod:`skfilter._array_ops`).
+zero-copy NumPy views (:mod:`skfilter._array_ops`). :func:`run_filter` first offers the rows to the
+compiled CPU kernels (:mod:`skfilter.kernels`), which run the same step for many rows per call for
+the filters they serve and hand back to :func:`filter_step` any step they cannot finish.
 """
 
 from __future__ import annotations
@@ -191,6 +193,12 @@ def run_filter(parts: EngineParts, state: FilterState, X, Y, sample_weight=None,
     the rows learned before the failing step (``rows_done`` of them, also an attribute), which the
     caller installs; then it propagates.
     """
+    if on_step is None:  # many rows per call on the CPU when a compiled kernel serves this filter
+        from . import kernels
+
+        compiled = kernels.run_compiled(parts, state, X, Y, sample_weight, batch_size, record, progress)
+        if compiled is not None:
+            return compiled
     outs = []
     start = state.n_seen
     initial = state.belief  # held by the caller: never a workspace

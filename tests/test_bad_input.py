@@ -19,6 +19,7 @@ from torch import nn
 
 from skfilter import EKFClassifier, EKFRegressor, LoFiClassifier, LoFiRegressor
 from skfilter.exceptions import FilterStepError
+from skfilter.kernels import compiled_kernels
 from skfilter.model_selection import prequential_predict
 from skfilter.posteriors import DiagonalCovariance, FullCovariance
 
@@ -467,8 +468,9 @@ def _failing_step(covariance, y):
     """A step that fails inside the structure's update, for each covariance structure. The full and
     FD updates no longer lose positive definiteness on a degenerate filter (their numerically safe
     forms, tests/test_numerical_safety.py), so for them the failure is injected: row 30 gets the
-    target ``OUTLIER`` and the update raises on the step holding it. VD with the paper's mean still
-    diverges by itself (``DEGENERATE``)."""
+    target ``OUTLIER`` and the update raises on the step holding it — an injection into the torch
+    engine, so the compiled kernels (which have their own failure tests, tests/test_kernels.py) are
+    off inside. VD with the paper's mean still diverges by itself (``DEGENERATE``)."""
     if covariance == "vd":
         yield
         return
@@ -481,7 +483,7 @@ def _failing_step(covariance, y):
             raise FilterStepError("The filter step produced non-finite values (injected).")
         return original(self, belief, Hw, ew, workspace)
 
-    with mock.patch.object(cls, "update", update):
+    with mock.patch.object(cls, "update", update), compiled_kernels(False):
         yield
 
 

@@ -1,0 +1,90 @@
+"""Compiled filter steps for the CPU (numba): many rows per Python call.
+
+:func:`skfilter.filtering.run_filter` hands a block of rows to :func:`run_compiled` first; when the
+filter qualifies — a single belief on the CPU in float64 or float32, the default MLP (fused
+Jacobian, :mod:`skfilter.kernels.mlp`), a Gaussian, Bernoulli or categorical likelihood, no weighting
+stage, dynamics of a scalar decay and process noise, and a structure with a kernel
+(:mod:`skfilter.kernels.lofi`) — the whole step runs compiled over preallocated buffers, one call for
+thousands of rows. Anything else, and any step a kernel cannot finish (stiff rows that need the
+square-root forms, numerical failures, which then raise with the last good belief kept), runs on the
+torch engine, which stays the reference: both agree to rounding (tests/test_kernels.py).
+
+Kernels are compiled on first use and cached on disk (numba's ``cache=True``): the first fit after
+installation pays a few seconds once. ``SKFILTER_COMPILED=0`` in the environment, or
+:func:`compiled_kernels` as a context manager, turns them off; without numba installed they are off.
+
+Examples
+--------
+>>> from skfilter import kernels
+>>> with kernels.compiled_kernels(False):
+...     kernels.enabled()
+False
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+
+import numpy as np
+import torch
+
+try:  # numba is a dependency; a platform without its wheels falls back to the torch engine
+    import numba  # noqa: F401
+    AVAILABLE = True
+except ImportError:  # pragma: no cover - exercised only without numba
+    AVAILABLE = False
+
+_state = threading.local()
+
+
+def enabled() -> bool:
+    """Whether compiled kernels are used (numba importable, not switched off)."""
+    flag = getattr(_state, "enabled", None)
+    if flag is None:
+        flag = os.environ.get("SKFILTER_COMPILED", "1").strip().lower() not in ("0", "false", "no", "off")
+    return AVAILABLE and flag
+
+
+@contextlib.contextmanager
+def compiled_kernels(on: bool = True):
+    """Use (``on=True``) or bypass the compiled kernels inside the ``with`` block (this thread).
+
+    Parameters
+    ----------
+    on : bool, default=True
+
+    Examples
+    --------
+    >>> from skfilter.kernels import compiled_kernels, enabled
+    >>> with compiled_kernels(False):
+    ...     print(enabled())
+    False
+    """
+    before = getattr(_state, "enabled", None)
+    _state.enabled = bool(on)
+    try:
+        yield
+    finally:
+        _state.enabled = before
+
+
+def run_compiled(parts, state, X, Y, sample_weight, batch_size, record, progress):
+    """Filter the rows with a compiled kernel if the filter qualifies (module docstring).
+
+    Returns ``None`` when it does not (the caller runs the torch engine), else ``(state, records)``
+    as :func:`skfilter.filtering.run_filter`. Raises as the torch engine does, with
+    ``last_good_state`` and ``rows_done`` on the exception.
+    """
+    if not enabled():
+        return None
+    from ._dispatch import plan_for
+
+    plan = plan_for(parts, state, record)
+    if plan is None:
+        return None
+    return plan.run(parts, state, X, Y, sample_weight, batch_size, record, progress)
+
+
+__all__ = ["AVAILABLE", "compiled_kernels", "enabled", "run_compiled"]

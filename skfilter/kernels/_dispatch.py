@@ -1,0 +1,297 @@
+"""Which compiled kernel serves a filter, and the conversion of states to and from its buffers.
+
+:func:`plan_for` returns a :class:`KernelPlan` for a filter the kernels serve (see the package
+docstring) or None. :meth:`KernelPlan.run` feeds the rows to the structure's kernel in chunks of
+:data:`CHUNK_ROWS` (progress and interrupts are served between chunks), hands every step a kernel
+stops at to :func:`skfilter.filtering.filter_step`, and returns the new :class:`FilterState`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..exceptions import FilterStepError
+from ..filtering import FilterState, filter_step
+from ..likelihoods import Bernoulli, Categorical, Gaussian, robust_variance_consistency
+from ..models import MLPAdapter
+from ..posteriors import DiagonalCovariance, FullCovariance, LowRankPrecision
+from ..posteriors._base import stiffness_limit
+from .diagonal import diagonal_rows
+from .full import full_rows
+from .lofi import DONE, lofi_rows
+from .mlp import mlp_program
+from .observations import LIKELIHOOD_CODES
+
+_DTYPES = (torch.float64, torch.float32)
+#: rows per kernel call (progress bars and interrupts are served between calls)
+CHUNK_ROWS = 2048
+
+
+def _dynamics_of(parts):
+    """``(g, q)`` of dynamics the kernels support (decay and one process-noise value), else None."""
+    dyn = parts.dynamics
+    if dyn.is_static:
+        return 1.0, 0.0
+    if dyn.reset or dyn.inflates or float(dyn.reversion) != 0.0:
+        return None
+    q = dyn.process_noise
+    if isinstance(q, torch.Tensor):
+        if q.dim():
+            return None
+        q = float(q)
+    return float(dyn.decay), float(q)
+
+
+def plan_for(parts, state, record):
+    """The :class:`KernelPlan` of a filter the kernels serve, else None (package docstring)."""
+    if parts.weighting is not None or state.log_weights is not None:
+        return None
+    if record is not None and getattr(record, "needs_belief", True):
+        return None
+    adapter, structure = parts.adapter, parts.structure
+    if type(adapter) is not MLPAdapter or getattr(adapter, "cpu_backend", "numpy") != "numpy":
+        return None
+    if "forward_jacobian" in vars(adapter):  # a replaced linearisation (e.g. one that records) is honoured
+        return None
+    if type(parts.likelihood) not in (Gaussian, Bernoulli, Categorical):
+        return None
+    mean = state.belief.mean
+    if mean.dim() != 1 or not mean.is_cpu or mean.dtype not in _DTYPES:
+        return None
+    dyn = _dynamics_of(parts)
+    if dyn is None:
+        return None
+    if type(structure) is LowRankPrecision:
+        if structure.variant == "diagonal" and structure.svd == "full" and structure.cpu_backend == "numpy":
+            return LoFiPlan(parts, dyn)
+    elif type(structure) is DiagonalCovariance:
+        return DiagonalPlan(parts, dyn)
+    elif type(structure) is FullCovariance:
+        return FullPlan(parts, dyn)
+    return None
+
+
+def _numpy(t):
+    return t.detach().numpy()
+
+
+class KernelPlan:
+    """The shared driver of the structure kernels (module docstring). Subclasses set the belief
+    buffers (:meth:`load`), call their kernel (:meth:`call`) and rebuild a belief (:meth:`belief`)."""
+
+    def __init__(self, parts, dynamics):
+        self.parts = parts
+        self.g, self.q = dynamics
+        lik = parts.likelihood
+        self.likelihood = lik
+        self.code = LIKELIHOOD_CODES[type(lik).__name__]
+        self.max_abs = float(lik.max_abs_output or 0.0)
+        adapter = parts.adapter
+        self.program = mlp_program(adapter._layer_shapes, adapter._act_names)
+        self.input_map = None if adapter._input_map is None else adapter._input_map["numpy"]
+
+    # -- noise state ------------------------------------------------------------------------
+    def _noise_vector(self, noise, C, dtype):
+        """Gaussian ``[r_1 … r_C, Σw]`` as the kernels take it (zeros for other likelihoods)."""
+        out = np.zeros(C + 1, dtype=dtype)
+        if isinstance(self.likelihood, Gaussian):
+            out[:C] = _numpy(noise["r"])
+            out[C] = float(noise["weight"])
+        return out
+
+    def _noise_params(self, C, dtype):
+        lik = self.likelihood
+        if not isinstance(lik, Gaussian):
+            return np.zeros(6, dtype=dtype), False
+        c = lik.robust_threshold or 0.0
+        kappa = robust_variance_consistency(c, C) if c else 1.0
+        params = [lik.eps_min, lik.min_variance, c, kappa, lik.residual_bound or 0.0, np.finfo(dtype).tiny]
+        return np.array(params, dtype=dtype), bool(lik.adaptive)
+
+    def _noise_state(self, noise, vec, scale, C, torch_dtype):
+        """The likelihood's noise state after the kernel (``scale``: the last step's whitening)."""
+        lik = self.likelihood
+        if not isinstance(lik, Gaussian) or not lik.adaptive:
+            return noise
+        return {"r": torch.from_numpy(vec[:C].copy()), "weight": torch.tensor(float(vec[C]), dtype=torch_dtype),
+                "scale": torch.from_numpy(scale.copy())[:, None]}
+
+    # -- structure hooks ----------------------------------------------------------------------
+    def load(self, state, np_dtype):
+        """Copy the belief of ``state`` into this plan's buffers (slot 0)."""
+        raise NotImplementedError
+
+    def call(self, X, Y, w, has_w, batch_size, common):
+        """Run the kernel on these rows; returns ``(rows_done, status, slot)``."""
+        raise NotImplementedError
+
+    def belief(self, slot, template, n_steps):
+        """A new belief (fresh tensors) from buffer ``slot``; ``template`` the belief type's source."""
+        raise NotImplementedError
+
+    def settle(self, slot):
+        """Make slot 0 hold the latest belief after a kernel call that ended in ``slot``."""
+
+    # -- the driver -----------------------------------------------------------------------------
+    def run(self, parts, state, X, Y, sample_weight, batch_size, record, progress):
+        belief = state.belief
+        dtype = belief.mean.dtype
+        np_dtype = _numpy(belief.mean).dtype
+        C = Y.shape[1]
+        Xn = np.ascontiguousarray(_numpy(X))
+        if self.input_map is not None:  # as the default MLP's first layer sees the rows (StandardizedMLP)
+            inv, shift = self.input_map
+            Xn = Xn * inv + shift
+        Yn = np.ascontiguousarray(_numpy(Y))
+        has_w = sample_weight is not None
+        w = np.ascontiguousarray(_numpy(sample_weight)) if has_w else np.ones(1, dtype=np_dtype)
+        params, adaptive = self._noise_params(C, np_dtype)
+        n = Xn.shape[0]
+        recording = record is not None
+        size = n if recording else 1
+        rec = (np.empty((size, C), dtype=np_dtype), np.empty((size, C, C), dtype=np_dtype),
+               np.empty((size, C), dtype=np_dtype))
+        scale = np.empty(C, dtype=np_dtype)
+        common = dict(params=params, adaptive=adaptive, limit=stiffness_limit(np_dtype),
+                      tiny=float(np.finfo(np_dtype).tiny), scale=scale, recording=recording)
+        outs = []
+        start = state.n_seen
+        self.load(state, np_dtype)
+        noise_vec = self._noise_vector(state.noise, C, np_dtype)
+        noise_state, n_seen, n_steps = state.noise, state.n_seen, getattr(belief, "n_steps", None)
+        row = 0
+        try:
+            while row < n:
+                stop = min(n, row + max(CHUNK_ROWS - CHUNK_ROWS % batch_size, batch_size))
+                common["noise"] = noise_vec
+                common["rec"] = tuple(r[row:stop] if recording else r for r in rec)
+                done, status, slot = self.call(Xn[row:stop], Yn[row:stop], w[row:stop] if has_w else w, has_w,
+                                               batch_size, common)
+                if n_steps is not None:
+                    n_steps += -(-done // batch_size)
+                n_seen += done
+                if done and adaptive:
+                    noise_state = self._noise_state(noise_state, noise_vec, scale, C, dtype)
+                if recording and done:
+                    outs.append(self._records(record, X[row:row + done], *(r[row:row + done] for r in rec),
+                                              noise_state))
+                self.settle(slot)
+                row += done
+                state = FilterState(self.belief(0, belief, n_steps), noise_state, n_seen)
+                if status != DONE:  # the torch engine does this step (safe forms, or raises)
+                    nb = min(batch_size, n - row)
+                    wb = None if sample_weight is None else sample_weight[row:row + nb]
+                    state, output = filter_step(parts, state, X[row:row + nb], Y[row:row + nb], wb, record)
+                    if recording:
+                        outs.append(output.record)
+                    row += nb
+                    self.load(state, np_dtype)
+                    noise_vec = self._noise_vector(state.noise, C, np_dtype)
+                    noise_state, n_seen = state.noise, state.n_seen
+                    n_steps = getattr(state.belief, "n_steps", None)
+                if progress is not None:
+                    progress(state.n_seen - start)
+        except BaseException as exc:
+            exc.last_good_state = state
+            exc.rows_done = state.n_seen - start
+            if isinstance(exc, FilterStepError):
+                exc.step = exc.rows_done
+            raise
+        if not recording:
+            return state, None
+        return state, (torch.cat(outs) if outs else None)
+
+    def _records(self, record, X, f, quad, r, noise_state):
+        """The recorder's output for rows whose predictive the kernel computed: each row is passed as
+        one hypothesis with its own noise state (``r`` before its step), so one call serves them all."""
+        n = f.shape[0]
+        ft = torch.from_numpy(f.copy())[:, None, :]
+        qt = torch.from_numpy(quad.copy())[:, None, :, :]
+        noise = {"r": torch.from_numpy(r.copy())} if isinstance(self.likelihood, Gaussian) else noise_state
+        out = record(X, ft, qt, noise, None)
+        return out.reshape(n, *out.shape[2:])
+
+
+class LoFiPlan(KernelPlan):
+    """Diagonal LoFi: :func:`~skfilter.kernels.lofi.lofi_rows`."""
+
+    def load(self, state, np_dtype):
+        b = state.belief
+        P, L = b.mean.shape[0], b.low_rank.shape[0]
+        self.means = np.empty((2, P), dtype=np_dtype)
+        self.diags = np.empty((2, P), dtype=np_dtype)
+        self.factors = np.empty((2, L, P), dtype=np_dtype)
+        self.means[0], self.diags[0], self.factors[0] = _numpy(b.mean), _numpy(b.diagonal), _numpy(b.low_rank)
+        self.eta = _numpy(b.prior_precision).reshape(-1).copy()
+        self.eta_shape = b.prior_precision.shape
+        self.m0 = _numpy(b.prior_mean).copy()
+
+    def call(self, X, Y, w, has_w, batch_size, c):
+        shapes, offsets, codes = self.program
+        rf, rq, rn = c["rec"]
+        return lofi_rows(X, Y, w, has_w, batch_size, shapes, offsets, codes, self.means, self.diags, self.factors,
+                         0, self.code, c["noise"], c["params"], c["adaptive"], self.max_abs, self.g, self.q,
+                         self.eta, self.m0, c["recording"], rf, rq, rn, c["limit"], c["tiny"], c["scale"])
+
+    def settle(self, slot):
+        if slot != 0:
+            self.means[0], self.diags[0], self.factors[0] = self.means[1], self.diags[1], self.factors[1]
+
+    def belief(self, slot, template, n_steps):
+        return type(template)(torch.from_numpy(self.means[slot].copy()), torch.from_numpy(self.diags[slot].copy()),
+                              torch.from_numpy(self.factors[slot].copy()),
+                              torch.from_numpy(self.eta.copy()).reshape(self.eta_shape),
+                              torch.from_numpy(self.m0.copy()), n_steps)
+
+
+class DiagonalPlan(KernelPlan):
+    """VD-/FD-EKF: :func:`~skfilter.kernels.diagonal.diagonal_rows`."""
+
+    def load(self, state, np_dtype):
+        b = state.belief
+        P = b.mean.shape[0]
+        self.means = np.empty((2, P), dtype=np_dtype)
+        self.variances = np.empty((2, P), dtype=np_dtype)
+        self.means[0], self.variances[0] = _numpy(b.mean), _numpy(b.var)
+
+    def call(self, X, Y, w, has_w, batch_size, c):
+        shapes, offsets, codes = self.program
+        structure = self.parts.structure
+        rf, rq, rn = c["rec"]
+        return diagonal_rows(X, Y, w, has_w, batch_size, shapes, offsets, codes, self.means, self.variances, 0,
+                             structure.projection == "fd", structure.vd_mean == "exact", self.code, c["noise"],
+                             c["params"], c["adaptive"], self.max_abs, self.g, self.q, c["recording"], rf, rq, rn,
+                             c["limit"], c["tiny"], c["scale"])
+
+    def settle(self, slot):
+        if slot != 0:
+            self.means[0], self.variances[0] = self.means[1], self.variances[1]
+
+    def belief(self, slot, template, n_steps):
+        return type(template)(torch.from_numpy(self.means[slot].copy()), torch.from_numpy(self.variances[slot].copy()))
+
+
+class FullPlan(KernelPlan):
+    """The full-covariance EKF: :func:`~skfilter.kernels.full.full_rows`, ``Σ`` updated in place in
+    a buffer of this call (one copy of the ``P × P`` matrix per call, none per step)."""
+
+    def load(self, state, np_dtype):
+        b = state.belief
+        self.mean = _numpy(b.mean).copy()
+        self.cov = np.array(_numpy(b.cov), dtype=np_dtype, order="C", copy=True)
+        self.handed_out = False
+
+    def call(self, X, Y, w, has_w, batch_size, c):
+        if self.handed_out:  # the buffer is now a belief's: learn on in a copy
+            self.cov = self.cov.copy()
+            self.handed_out = False
+        shapes, offsets, codes = self.program
+        rf, rq, rn = c["rec"]
+        return full_rows(X, Y, w, has_w, batch_size, shapes, offsets, codes, self.mean, self.cov, self.code,
+                         c["noise"], c["params"], c["adaptive"], self.max_abs, self.g, self.q, c["recording"],
+                         rf, rq, rn, c["limit"], c["tiny"], c["scale"])
+
+    def belief(self, slot, template, n_steps):
+        self.handed_out = True  # zero-copy: the next kernel call (if any) copies first
+        return type(template)(torch.from_numpy(self.mean.copy()), torch.from_numpy(self.cov))

@@ -1,0 +1,151 @@
+"""The full-covariance EKF over many rows in one compiled call (numba).
+
+The same step as :func:`skfilter.filtering.filter_step` with
+:class:`~skfilter.posteriors.FullCovariance` (spec/diagonal-ekf.md §3.1) and the default MLP:
+dynamics ``μ ← g μ``, ``Σ ← g² Σ + q I``; linearisation (:mod:`skfilter.kernels.mlp`); the recorded
+predictive ``J Σ⁻ Jᵀ``; noise estimate and whitening (:mod:`skfilter.kernels.observations`); then
+with the whitened rows ``Hw (m × P)``::
+
+    U = Σ⁻ Hwᵀ,   S = I + Hw U = C Cᵀ,   V = U C⁻ᵀ,   μ' = μ⁻ + V C⁻¹ ẽ,   Σ' = Σ⁻ − V Vᵀ
+
+``Σ`` is updated **in place** in one pass (with the dynamics folded in: ``Σ ← g² Σ + q I − V Vᵀ``),
+so a step reads and writes the ``P × P`` matrix once and allocates nothing of that size. Every
+check comes before that write — the stiffness of ``S`` (trace of ``Hw Σ⁻ Hwᵀ`` within ``[0,``
+:func:`~skfilter.posteriors._base.stiffness_limit` ``]``), its Cholesky factor, a finite mean and
+a positive new diagonal ``diag(Σ⁻) − rowsum(V ⊙ V)`` — so a step that fails them is handed back to
+the torch engine (safe forms, or the error it raises) with ``Σ`` as it was.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .linalg import all_finite, cholesky_into, solve_lower
+from .lofi import DONE, REDO_STEP
+from .mlp import mlp_forward_jacobian
+from .observations import observe_step, outputs_within, restore
+
+
+@njit(cache=True, nogil=True)
+def full_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, mean, cov, likelihood, noise, noise_params,
+              adaptive, max_abs, g, q, record, rec_f, rec_quad, rec_noise, limit, tiny, scale_out):
+    """Filter the rows of ``X`` from the belief ``N(mean (P,), cov (P, P))``, both updated in place
+    after each completed step. Arguments otherwise and the return value as
+    :func:`skfilter.kernels.lofi.lofi_rows` (``cur`` is always 0)."""
+    n, D = X.shape
+    dt = mean.dtype
+    C = Y.shape[1]
+    P = mean.shape[0]
+    m_full = batch * C
+    width = D
+    for l in range(shapes.shape[0]):
+        width = max(width, shapes[l, 0])
+    acts = np.empty((shapes.shape[0] + 1, width), dtype=dt)
+    pre = np.empty((shapes.shape[0], width), dtype=dt)
+    delta = np.empty((C, width), dtype=dt)
+    scratch = np.empty((C, width), dtype=dt)
+    H = np.empty((m_full, P), dtype=dt)
+    V = np.empty((P, m_full), dtype=dt)
+    S = np.empty((m_full, m_full), dtype=dt)
+    Lc = np.empty((m_full, m_full), dtype=dt)
+    z = np.empty(m_full, dtype=dt)
+    predicted = np.empty(P, dtype=dt)
+    gain = np.empty(P, dtype=dt)
+    F = np.empty((batch, C), dtype=dt)
+    ew = np.empty(m_full, dtype=dt)
+    scale = np.empty(C, dtype=dt)
+    pj = np.empty(P, dtype=dt)
+    noise_before = noise.copy()
+    g2 = g * g
+    dynamic = g != 1.0 or q != 0.0
+    row = 0
+    while row < n:
+        nb = min(batch, n - row)
+        m = nb * C
+        # 1. the predicted mean (Σ⁻ = g² Σ + q I is applied implicitly until the write)
+        for j in range(P):
+            predicted[j] = mean[j] * g
+        # 2. linearise at μ⁻
+        for i in range(nb):
+            mlp_forward_jacobian(predicted, X[row + i], shapes, offsets, codes, acts, pre, delta, scratch, F[i],
+                                 H[i * C:(i + 1) * C])
+        if max_abs > 0.0 and not outputs_within(F[:nb], max_abs):
+            return row, REDO_STEP, 0
+        # 3. recorded predictive J Σ⁻ Jᵀ (raw rows; a pass over Σ only when recording)
+        if record:
+            U = np.dot(cov, H[:m].T)  # (P, m), Σ symmetric
+            for i in range(nb):
+                for c in range(C):
+                    rec_f[row + i, c] = F[i, c]
+                    rec_noise[row + i, c] = noise[c]
+                for c in range(C):
+                    for c2 in range(C):
+                        s = 0.0
+                        for j in range(P):
+                            s += H[i * C + c, j] * (g2 * U[j, i * C + c2] + q * H[i * C + c2, j])
+                        rec_quad[row + i, c, c2] = s
+        # 4–5. noise estimate, whitening
+        if not observe_step(likelihood, F[:nb], Y[row:row + nb], w[row:row + nb], has_weights, noise, noise_params,
+                            adaptive, scale, H[:m], ew, tiny, pj, noise_before):
+            return row, REDO_STEP, 0
+        # U = Σ⁻ Hwᵀ: one pass over Σ
+        U = np.dot(cov, H[:m].T)
+        if dynamic:
+            for j in range(P):
+                for r in range(m):
+                    U[j, r] = g2 * U[j, r] + q * H[r, j]
+        # S = I + Hw U
+        trace = 0.0
+        for r in range(m):
+            for r2 in range(m):
+                s = 0.0
+                for j in range(P):
+                    s += H[r, j] * U[j, r2]
+                S[r, r2] = s
+            trace += S[r, r]
+        for r in range(m):
+            for r2 in range(r):
+                avg = 0.5 * (S[r, r2] + S[r2, r])
+                S[r, r2] = avg
+                S[r2, r] = avg
+            S[r, r] += 1.0
+        if not (trace >= 0.0 and trace <= limit) or not cholesky_into(S[:m, :m], Lc[:m, :m]):
+            restore(noise, noise_before)
+            return row, REDO_STEP, 0
+        for r in range(m):
+            z[r] = ew[r]
+        solve_lower(Lc[:m, :m], z[:m])  # C⁻¹ ẽ
+        ok = True
+        for j in range(P):  # V[j] = C⁻¹ U[j]ᵀ (row j of U C⁻ᵀ); the new mean and diagonal
+            for r in range(m):
+                V[j, r] = U[j, r]
+            solve_lower(Lc[:m, :m], V[j, :m])
+            s = 0.0
+            vv = 0.0
+            for r in range(m):
+                s += V[j, r] * z[r]
+                vv += V[j, r] * V[j, r]
+            gain[j] = predicted[j] + s
+            if not g2 * cov[j, j] + q - vv > 0.0:
+                ok = False
+        if not (ok and all_finite(gain)):
+            restore(noise, noise_before)
+            return row, REDO_STEP, 0
+        # the write: Σ ← g² Σ + q I − V Vᵀ, μ ← μ'
+        for i in range(P):
+            ci = cov[i]
+            if dynamic:
+                for j in range(P):
+                    ci[j] *= g2
+                ci[i] += q
+            for r in range(m):
+                vir = V[i, r]
+                for j in range(P):
+                    ci[j] -= vir * V[j, r]
+        for j in range(P):
+            mean[j] = gain[j]
+        for c in range(C):
+            scale_out[c] = scale[c]
+        row += nb
+    return row, DONE, 0

@@ -1,0 +1,125 @@
+"""Small dense linear algebra for the compiled step (numba): Cholesky with a failure flag and
+triangular solves on ``k × k`` systems (``k = L + m``, a few tens), written as loops so that a
+matrix that is not positive definite reports instead of raising inside compiled code."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def cholesky_into(A, Lc):
+    """Lower Cholesky factor of the leading ``k × k`` block of symmetric ``A`` into ``Lc``; returns
+    False if ``A`` is not (numerically) positive definite or not finite."""
+    k = Lc.shape[0]
+    for j in range(k):
+        s = A[j, j]
+        for p in range(j):
+            s -= Lc[j, p] * Lc[j, p]
+        if not s > 0.0:  # NaN too
+            return False
+        d = np.sqrt(s)
+        Lc[j, j] = d
+        for i in range(j + 1, k):
+            t = A[i, j]
+            for p in range(j):
+                t -= Lc[i, p] * Lc[j, p]
+            Lc[i, j] = t / d
+        for i in range(j):
+            Lc[i, j] = 0.0
+    return True
+
+
+@njit(cache=True, nogil=True)
+def solve_lower(Lc, b):
+    """``Lc⁻¹ b`` in place (``b (k,)``)."""
+    k = Lc.shape[0]
+    for i in range(k):
+        s = b[i]
+        for p in range(i):
+            s -= Lc[i, p] * b[p]
+        b[i] = s / Lc[i, i]
+
+
+@njit(cache=True, nogil=True)
+def solve_upper_t(Lc, b):
+    """``Lc⁻ᵀ b`` in place (``b (k,)``)."""
+    k = Lc.shape[0]
+    for i in range(k - 1, -1, -1):
+        s = b[i]
+        for p in range(i + 1, k):
+            s -= Lc[p, i] * b[p]
+        b[i] = s / Lc[i, i]
+
+
+@njit(cache=True, nogil=True)
+def cholesky_solve(Lc, b):
+    """``(Lc Lcᵀ)⁻¹ b`` in place."""
+    solve_lower(Lc, b)
+    solve_upper_t(Lc, b)
+
+
+@njit(cache=True, nogil=True)
+def all_finite(x):
+    """Whether every entry of the 1-d ``x`` is finite (one pass)."""
+    s = 0.0
+    for j in range(x.shape[0]):
+        s += x[j]
+    return np.isfinite(s)
+
+
+#: below this many multiply-adds a product of the step is done by loops (BLAS's call and blocking
+#: overhead dominates the ~10⁴–10⁵ flops of a small model's step); above it by BLAS
+BLAS_THRESHOLD = 400_000
+#: columns per block of the loop products (two blocks of ``k`` rows stay in L1/L2)
+_BLOCK = 256
+
+
+@njit(cache=True, nogil=True)
+def gram_into(A, B, out, symmetric):
+    """``out[:k, :k2] = A Bᵀ`` for row blocks ``A (k, P)``, ``B (k2, P)``: column-blocked loops for
+    small products (``symmetric``: ``A Bᵀ`` is known to be symmetric, so only its lower triangle, the
+    one the factorisations read, is summed and then mirrored), BLAS for large ones."""
+    k, P = A.shape
+    k2 = B.shape[0]
+    if k * k2 * P > BLAS_THRESHOLD:
+        out[:k, :k2] = np.dot(A, B.T)
+        return
+    for a in range(k):
+        for b in range(k2):
+            out[a, b] = 0.0
+    for j0 in range(0, P, _BLOCK):
+        j1 = min(P, j0 + _BLOCK)
+        for a in range(k):
+            top = a + 1 if symmetric else k2
+            for b in range(top):
+                s = 0.0
+                for j in range(j0, j1):
+                    s += A[a, j] * B[b, j]
+                out[a, b] += s
+    if symmetric:
+        for a in range(k):
+            for b in range(a + 1, k):
+                out[a, b] = out[b, a]
+
+
+@njit(cache=True, nogil=True)
+def combine_rows(M, A, out):
+    """``out = M A`` for a small ``M (r, k)`` and rows ``A (k, P)`` (``out (r, P)``): loops of
+    ``axpy`` over contiguous rows for small products, BLAS for large ones."""
+    r, k = M.shape
+    P = A.shape[1]
+    if r * k * P > BLAS_THRESHOLD:
+        np.dot(M, A, out)
+        return
+    for a in range(r):
+        row = out[a]
+        for j in range(P):
+            row[j] = 0.0
+        for b in range(k):
+            c = M[a, b]
+            if c != 0.0:
+                src = A[b]
+                for j in range(P):
+                    row[j] += c * src[j]

@@ -1,0 +1,256 @@
+"""LoFi (diagonal variant) over many rows in one compiled call (numba).
+
+The same step as :func:`skfilter.filtering.filter_step` with :class:`~skfilter.posteriors.LowRankPrecision`
+(``variant='diagonal'``, ``svd='full'``) and the default MLP: dynamics (exact DLR predict, Alg. 2,
+for a scalar decay ``g`` and process noise ``q``), linearisation (:mod:`skfilter.kernels.mlp`), the
+one-step-ahead predictive ``J Σ⁻ Jᵀ`` when recorded (Woodbury, B.1), the noise estimate and
+whitening (:mod:`skfilter.kernels.observations`), and the update of :func:`~skfilter.posteriors.lofi.lofi_update`
+(Alg. 3 with eq. 36's mean and the SVD truncation of eqs. 37–39, the SVD from the eigenvectors of
+the ``k × k`` Gram ``W̃ᵀW̃``).
+
+Beliefs live in two buffer slots that alternate: a step reads slot ``cur`` and writes slot
+``1 − cur``, so when a step cannot be finished here — a stiff system (the plain forms lose half the
+digits, :func:`~skfilter.posteriors._base.stiffness_limit`), a non-finite or non-positive-definite
+result, logits beyond the likelihood's bound — the kernel stops with the last good belief intact in
+slot ``cur`` and the torch engine redoes that step (safe forms, or the error it raises).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .linalg import all_finite, cholesky_into, cholesky_solve, combine_rows, gram_into, solve_lower
+from .mlp import mlp_forward_jacobian
+from .observations import observe_step, outputs_within, restore
+
+#: status codes returned by the kernels
+DONE, REDO_STEP = 0, 1
+
+
+@njit(cache=True, nogil=True)
+def _predict(mean_src, diag_src, W_src, mean_dst, diag_dst, tilde, L, g, q, work_LL, work_L, out_LP):
+    """Exact DLR predict of ``Σ ← g² Σ + q I``, ``μ ← g μ`` (Alg. 2; see
+    :meth:`~skfilter.posteriors.LowRankPrecision.transition`): writes ``μ⁻``, ``Υ⁻`` and ``W⁻ᵀ``
+    (into ``tilde[:L]``). Returns False if the predict system is not positive definite."""
+    P = mean_src.shape[0]
+    for j in range(P):
+        mean_dst[j] = mean_src[j] * g
+    if q == 0.0:
+        g2 = g * g
+        for j in range(P):
+            diag_dst[j] = diag_src[j] / g2
+        for a in range(L):
+            for j in range(P):
+                tilde[a, j] = W_src[a, j] / g
+        return True
+    for j in range(P):
+        diag_dst[j] = 1.0 / (g * g / diag_src[j] + q)
+    if L == 0:
+        return True
+    if g == 0.0:
+        for a in range(L):
+            for j in range(P):
+                tilde[a, j] = 0.0
+        return True
+    ratio = np.empty(P, dtype=tilde.dtype)
+    for j in range(P):
+        ratio[j] = diag_dst[j] / diag_src[j]
+    for a in range(L):  # D Wᵀ with D = Υ⁻ Υ⁻¹
+        for j in range(P):
+            tilde[a, j] = W_src[a, j] * ratio[j]
+    # C⁻¹ = I + q Wᵀ D W = Lc Lcᵀ;  W⁻ᵀ = g Lc⁻¹ D Wᵀ (chol(C) taken as Lc⁻ᵀ: only W Wᵀ matters)
+    gram_into(W_src, tilde[:L], work_LL, True)  # Wᵀ D W (symmetric)
+    for a in range(L):
+        for b in range(L):
+            work_LL[a, b] = q * work_LL[a, b] + (1.0 if a == b else 0.0)
+    Lc = np.empty((L, L), dtype=tilde.dtype)
+    if not cholesky_into(work_LL, Lc):
+        return False
+    inv = np.zeros((L, L), dtype=tilde.dtype)
+    for b in range(L):  # Lc⁻¹, column by column
+        for a in range(L):
+            work_L[a] = 1.0 if a == b else 0.0
+        solve_lower(Lc, work_L)
+        for a in range(L):
+            inv[a, b] = g * work_L[a]
+    combine_rows(inv, tilde[:L], out_LP)
+    for a in range(L):
+        for j in range(P):
+            tilde[a, j] = out_LP[a, j]
+    return True
+
+
+@njit(cache=True, nogil=True)
+def lofi_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, means, diags, factors, cur,
+              likelihood, noise, noise_params, adaptive, max_abs, g, q, eta, m0, record, rec_f, rec_quad,
+              rec_noise, limit, tiny, scale_out):
+    """Filter the rows of ``X (n, D)`` (already mapped as the model's first layer sees them) with
+    targets ``Y (n, C)``, ``batch`` rows per step, from the belief in slot ``cur`` of ``means (2, P)``,
+    ``diags (2, P)``, ``factors (2, L, P)`` (``Wᵀ``).
+
+    ``noise``: Gaussian ``[r_1 … r_C, Σw]`` (see :func:`~skfilter.kernels.observations.gaussian_noise_step`;
+    fixed when not ``adaptive``), updated in place after each completed step; ``eta`` (``(1,)`` or ``(P,)``) and
+    ``m0 (P,)`` the prior-predictive precision and mean, moved by the dynamics. With ``record`` the
+    predictive of every row before its update goes to ``rec_f (n, C)``, ``rec_quad (n, C, C)`` and
+    ``rec_noise (n, C)`` (``r`` before the step). ``scale_out (C,)`` receives the whitening
+    ``r^{−1/2}`` of the last completed step (the Gaussian noise state's ``'scale'``).
+
+    Returns ``(rows_done, status, cur)``: ``status`` :data:`DONE`, or :data:`REDO_STEP` when the step
+    starting at ``rows_done`` must be done by the torch engine from the belief in slot ``cur``.
+    """
+    n, D = X.shape
+    dt = means.dtype
+    C = Y.shape[1]
+    P = means.shape[1]
+    L = factors.shape[1]
+    m_full = batch * C
+    k_full = L + m_full
+    dynamic = g != 1.0 or q != 0.0
+    width = D
+    for l in range(shapes.shape[0]):
+        width = max(width, shapes[l, 0])
+    acts = np.empty((shapes.shape[0] + 1, width), dtype=dt)
+    pre = np.empty((shapes.shape[0], width), dtype=dt)
+    delta = np.empty((C, width), dtype=dt)
+    scratch = np.empty((C, width), dtype=dt)
+    tilde = np.empty((k_full, P), dtype=dt)  # W̃ᵀ = [W⁻ᵀ; Hw]
+    scaled = np.empty((k_full, P), dtype=dt)  # (Υ⁻⁻¹ W̃)ᵀ
+    system = np.empty((k_full, k_full), dtype=dt)
+    Lc = np.empty((k_full, k_full), dtype=dt)
+    coef = np.empty(k_full, dtype=dt)
+    F = np.empty((batch, C), dtype=dt)
+    ew = np.empty(m_full, dtype=dt)
+    scale = np.empty(C, dtype=dt)
+    pj = np.empty(P, dtype=dt)
+    inv_diag = np.empty(P, dtype=dt)
+    work_LL = np.empty((max(L, 1), max(L, 1)), dtype=dt)
+    work_L = np.empty(max(L, 1), dtype=dt)
+    out_LP = np.empty((L, P), dtype=dt)
+    dropped = np.empty((m_full, P), dtype=dt)  # (ŨΛ̃)ᵀ rows past L
+    inner_buf = np.empty((k_full, k_full), dtype=dt)
+    gram_buf = np.empty((k_full, k_full), dtype=dt)
+    noise_before = noise.copy()
+    row = 0
+    while row < n:
+        nb = min(batch, n - row)
+        m = nb * C
+        k = L + m
+        nxt = 1 - cur
+        mean_src, diag_src, W_src = means[cur], diags[cur], factors[cur]
+        mean_dst, diag_dst, W_dst = means[nxt], diags[nxt], factors[nxt]
+        # 1. dynamics: the predicted belief goes to slot nxt (mean, Υ⁻) and tilde[:L] (W⁻ᵀ)
+        if dynamic:
+            if not _predict(mean_src, diag_src, W_src, mean_dst, diag_dst, tilde, L, g, q, work_LL, work_L,
+                            out_LP):
+                return row, REDO_STEP, cur
+        else:
+            for j in range(P):
+                mean_dst[j] = mean_src[j]
+                diag_dst[j] = diag_src[j]
+            for a in range(L):
+                for j in range(P):
+                    tilde[a, j] = W_src[a, j]
+        # 2. linearise every row of the step at μ⁻
+        for i in range(nb):
+            mlp_forward_jacobian(mean_dst, X[row + i], shapes, offsets, codes, acts, pre, delta, scratch, F[i],
+                                 tilde[L + i * C:L + (i + 1) * C])
+        if max_abs > 0.0 and not outputs_within(F[:nb], max_abs):
+            return row, REDO_STEP, cur
+        for j in range(P):
+            inv_diag[j] = 1.0 / diag_dst[j]
+        for a in range(k):
+            for j in range(P):
+                scaled[a, j] = tilde[a, j] * inv_diag[j]
+        # 3. the recorded predictive J Σ⁻ Jᵀ = J Υ⁻¹ Jᵀ − A M⁻¹ Aᵀ, A = J Υ⁻¹ W, M = I + Wᵀ Υ⁻¹ W
+        if record:
+            gram_into(tilde[:k], scaled[:k], inner_buf, True)
+            inner = inner_buf[:k, :k]
+            trace = 0.0
+            for a in range(L):
+                trace += inner[a, a]
+            if not trace <= limit:
+                return row, REDO_STEP, cur
+            if L > 0 and not cholesky_into(inner[:L, :L] + np.eye(L, dtype=dt), Lc[:L, :L]):
+                return row, REDO_STEP, cur
+            for i in range(nb):
+                for c in range(C):
+                    rec_f[row + i, c] = F[i, c]
+                    rec_noise[row + i, c] = noise[c]
+                for c in range(C):
+                    for c2 in range(C):
+                        a, b = L + i * C + c, L + i * C + c2
+                        s = inner[a, b]
+                        if L > 0:
+                            for u in range(L):
+                                work_L[u] = inner[u, b]
+                            solve_lower(Lc[:L, :L], work_L)
+                            t = 0.0
+                            for u in range(L):
+                                coef[u] = inner[u, a]
+                            solve_lower(Lc[:L, :L], coef[:L])
+                            for u in range(L):
+                                t += coef[u] * work_L[u]
+                            s -= t
+                        rec_quad[row + i, c, c2] = s
+        # 4–5. noise estimate (Gaussian), then whitening of each row
+        if not observe_step(likelihood, F[:nb], Y[row:row + nb], w[row:row + nb], has_weights, noise, noise_params,
+                            adaptive, scale, tilde[L:k], ew, tiny, pj, noise_before):
+            return row, REDO_STEP, cur
+        for a in range(L, k):
+            for j in range(P):
+                scaled[a, j] = tilde[a, j] * inv_diag[j]
+        # 6. update (lofi_update): G = (I + W̃ᵀΥ⁻¹W̃)⁻¹, μ = μ⁻ + (Υ⁻¹W̃) ([0; ẽ] − G (W̃ᵀΥ⁻¹W̃)[:, L:] ẽ)
+        gram_into(tilde[:k], scaled[:k], inner_buf, True)
+        inner = inner_buf[:k, :k]
+        trace = 0.0
+        for a in range(k):
+            trace += inner[a, a]
+            for b in range(k):
+                system[a, b] = inner[a, b]
+            system[a, a] += 1.0
+        if not trace <= limit:
+            restore(noise, noise_before)
+            return row, REDO_STEP, cur
+        ok = cholesky_into(system[:k, :k], Lc[:k, :k])
+        if ok:
+            for a in range(k):
+                s = 0.0
+                for b in range(m):
+                    s += inner[a, L + b] * ew[b]
+                coef[a] = s
+            cholesky_solve(Lc[:k, :k], coef[:k])
+            for a in range(k):
+                coef[a] = -coef[a]
+            for b in range(m):
+                coef[L + b] += ew[b]
+            for j in range(P):
+                s = 0.0
+                for a in range(k):
+                    s += scaled[a, j] * coef[a]
+                mean_dst[j] += s
+            # truncation: eigenvectors of the Gram W̃ᵀW̃ by decreasing eigenvalue
+            gram_into(tilde[:k], tilde[:k], gram_buf, True)
+            _, V = np.linalg.eigh(gram_buf[:k, :k])
+            Vt = np.ascontiguousarray(V[:, ::-1].T)
+            if L > 0:
+                combine_rows(Vt[:L], tilde[:k], W_dst)
+            combine_rows(Vt[L:k], tilde[:k], dropped[:k - L])
+            for a in range(k - L):
+                for j in range(P):
+                    diag_dst[j] += dropped[a, j] * dropped[a, j]
+            ok = all_finite(mean_dst) and all_finite(diag_dst)
+        if not ok:
+            restore(noise, noise_before)
+            return row, REDO_STEP, cur
+        for c in range(C):
+            scale_out[c] = scale[c]
+        if dynamic:
+            for j in range(eta.shape[0]):
+                eta[j] = 1.0 / (g * g / eta[j] + q)
+            if g != 1.0:
+                for j in range(P):
+                    m0[j] *= g
+        cur = nxt
+        row += nb
+    return row, DONE, cur

@@ -1,0 +1,173 @@
+"""Likelihood stages of the compiled step (numba): whitening and the online noise estimate.
+
+Compiled counterparts of :meth:`skfilter.likelihoods.Likelihood.whiten` and
+:meth:`skfilter.likelihoods.Gaussian.next_state` for one step of ``n`` rows, written over
+preallocated buffers. Likelihood codes are those of :data:`LIKELIHOOD_CODES`:
+
+* Gaussian: ``Hw = J r^{−1/2}``, ``ẽ = (y − f) r^{−1/2}``;
+* Bernoulli: ``p = σ(f)``, ``v = p(1 − p)``, ``Hw = J √v``, ``ẽ = (y − p)/√v``;
+* categorical (the exact logit-space update): ``p = softmax(f)``,
+  ``Hw = diag(√p) (J − 1 pᵀJ)``, ``ẽ = (y − p)/√p``;
+
+each row then scaled by ``√w`` of its sample weight. The noise estimate is spec/lofi.md §2.9 (C.2)
+with the optional outlier-robust step (``robust_threshold``) and winsorised carried residual
+(``residual_bound``) of :class:`~skfilter.likelihoods.Gaussian`, folded over the ``n`` rows of the
+step exactly as there (suffix products).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+#: likelihood class name → code used by the compiled kernels
+LIKELIHOOD_CODES = {"Gaussian": 0, "Bernoulli": 1, "Categorical": 2}
+
+
+@njit(cache=True, nogil=True)
+def outputs_within(F, bound):
+    """Whether every ``|f|`` of the step is ``≤ bound`` (NaN is not)."""
+    for i in range(F.shape[0]):
+        for c in range(F.shape[1]):
+            if not abs(F[i, c]) <= bound:
+                return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def gaussian_noise_step(noise, F, Y, w, has_weights, params, scale):
+    """The online estimate C.2 over the ``n`` rows of a step (see
+    :meth:`skfilter.likelihoods.Gaussian.next_state`).
+
+    ``noise`` is ``[r_1 … r_C, Σw]`` (updated in place); ``params`` is ``[eps_min, min_variance,
+    robust_threshold, κ, residual_bound, tiny]`` with ``0`` for an unused threshold or bound;
+    ``scale (C,)`` receives this step's whitening ``r^{−1/2}`` (of the unbounded estimate).
+    Returns False when the estimate is not finite (the step is then redone by the torch engine,
+    which raises)."""
+    n, C = F.shape
+    eps_min, min_var, c_rob, kappa, bound, tiny = params[0], params[1], params[2], params[3], params[4], params[5]
+    total = noise[C]
+    mean_r = 0.0
+    for c in range(C):
+        mean_r += noise[c]
+    mean_r /= C
+    eps = np.empty(n)
+    d = np.empty(n)
+    for i in range(n):
+        s = 0.0
+        for c in range(C):
+            e = Y[i, c] - F[i, c]
+            s += e * e
+        d[i] = s / C
+        wi = w[i] if has_weights else 1.0
+        total += wi
+        eps[i] = wi / max(total, tiny) if total > 0.0 else 0.0
+        if eps_min > 0.0:
+            eps[i] = max(eps[i], min(eps_min * wi, 1.0))
+        if c_rob > 0.0:
+            z = d[i] / max(mean_r, tiny) - 1.0
+            eps[i] *= c_rob * c_rob / (c_rob * c_rob + z * z)
+            d[i] /= kappa
+    # r_n = Π_i (1 − ε_i) r_0 + Σ_i ε_i d_i Π_{j>i} (1 − ε_j)
+    after = 1.0
+    acc = 0.0
+    acc_bounded = 0.0
+    level = noise[0] if C == 1 else mean_r
+    cap = bound * bound * level
+    for i in range(n - 1, -1, -1):
+        acc += eps[i] * after * d[i]
+        acc_bounded += eps[i] * after * min(d[i], cap)
+        after *= 1.0 - eps[i]
+    ok = True
+    for c in range(C):
+        base = after * noise[c]
+        r = max(base + acc, min_var) if base + acc == base + acc else base + acc
+        scale[c] = 1.0 / np.sqrt(r)
+        if bound > 0.0:
+            rb = base + acc_bounded
+            r = max(rb, min_var) if rb == rb else rb
+        if not np.isfinite(r):
+            ok = False
+        noise[c] = r
+    noise[C] = total
+    return ok
+
+
+@njit(cache=True, nogil=True)
+def whiten_rows(code, f, y, J, scale, weight, ew, tiny, pj):
+    """Whiten one row in place: ``J (C, P)`` becomes ``Hw`` and ``ew (C,)`` the whitened residual
+    (module docstring), both times ``√weight``; ``scale (C,)`` is the Gaussian ``r^{−1/2}``, ``pj``
+    a ``(P,)`` work buffer (categorical)."""
+    C, P = J.shape
+    sw = np.sqrt(weight)
+    if code == 0:
+        for c in range(C):
+            s = scale[c] * sw
+            ew[c] = (y[c] - f[c]) * scale[c] * sw
+            row = J[c]
+            for j in range(P):
+                row[j] *= s
+    elif code == 1:
+        p = 1.0 / (1.0 + np.exp(-f[0]))
+        v = max(p * (1.0 - p), tiny)
+        sv = np.sqrt(v)
+        ew[0] = (y[0] - p) / sv * sw
+        row = J[0]
+        s = sv * sw
+        for j in range(P):
+            row[j] *= s
+    else:
+        top = f[0]
+        for c in range(1, C):
+            top = max(top, f[c])
+        tot = 0.0
+        p = np.empty(C, dtype=J.dtype)
+        for c in range(C):
+            p[c] = np.exp(f[c] - top)
+            tot += p[c]
+        for c in range(C):
+            p[c] /= tot
+        for j in range(P):
+            s = 0.0
+            for c in range(C):
+                s += p[c] * J[c, j]
+            pj[j] = s
+        for c in range(C):
+            sp = np.sqrt(max(p[c], tiny))
+            ew[c] = (y[c] - p[c]) / sp * sw
+            s = sp * sw
+            row = J[c]
+            for j in range(P):
+                row[j] = s * (row[j] - pj[j])
+
+
+@njit(cache=True, nogil=True)
+def observe_step(likelihood, F, Y, w, has_weights, noise, noise_params, adaptive, scale, H, ew, tiny, pj,
+                 noise_before):
+    """Stages 5–6 of a step of ``nb = F.shape[0]`` rows: the Gaussian noise estimate (``adaptive``),
+    then the whitening of each row's Jacobian block ``H[i C:(i+1) C]`` in place and of its residual
+    into ``ew``. ``noise_before`` receives the noise vector before the step (to restore it when the
+    step is handed back). Returns False when the estimate is not finite (nothing learned)."""
+    nb, C = F.shape
+    for c in range(noise.shape[0]):
+        noise_before[c] = noise[c]
+    if likelihood == 0:
+        if adaptive:
+            if not gaussian_noise_step(noise, F, Y, w, has_weights, noise_params, scale):
+                for c in range(noise.shape[0]):
+                    noise[c] = noise_before[c]
+                return False
+        else:
+            for c in range(C):
+                scale[c] = 1.0 / np.sqrt(noise[c])
+    for i in range(nb):
+        whiten_rows(likelihood, F[i], Y[i], H[i * C:(i + 1) * C], scale, w[i] if has_weights else 1.0,
+                    ew[i * C:(i + 1) * C], tiny, pj)
+    return True
+
+
+@njit(cache=True, nogil=True)
+def restore(noise, noise_before):
+    """Undo :func:`observe_step`'s change of the noise vector (the step is handed back)."""
+    for c in range(noise.shape[0]):
+        noise[c] = noise_before[c]

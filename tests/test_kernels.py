@@ -1,0 +1,292 @@
+"""The compiled CPU kernels (skfilter.kernels) against the torch engine, which is the reference.
+
+Every configuration a kernel serves is fitted twice — compiled and with ``compiled_kernels(False)``
+— and the beliefs, noise states and predictions must agree to rounding (1e-12 relative in float64);
+the torch engine's update is patched to fail where a test requires the kernel to have served every
+row. Steps a kernel hands back (stiff rows, failures, interrupts) must leave exactly the state the
+torch engine leaves.
+"""
+
+from __future__ import annotations
+
+import pickle
+from unittest import mock
+
+import numpy as np
+import pytest
+import torch
+
+from skfilter import EKFClassifier, EKFRegressor, LoFiClassifier, LoFiRegressor
+from skfilter.exceptions import FilterStepError
+from skfilter.kernels import AVAILABLE, compiled_kernels, enabled
+from skfilter.posteriors import DiagonalCovariance, FullCovariance, LowRankPrecision
+
+pytestmark = pytest.mark.skipif(not AVAILABLE, reason="numba is not installed: no compiled kernels")
+
+
+def _regression(n=80, d=3, outputs=1, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    f = np.sin(X[:, :1]) + 0.5 * X[:, 1:2] * np.arange(1, outputs + 1)
+    y = f + 0.1 * rng.normal(size=(n, outputs))
+    return X, (y[:, 0] if outputs == 1 else y)
+
+
+def _classification(n=90, d=4, classes=3, seed=1):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    y = np.digitize(X[:, 0] + 0.5 * X[:, 1], np.linspace(-1, 1, classes - 1))
+    return X, y
+
+
+def _fit_both(make, X, y, fit_kw=None, require_kernel=True):
+    """``(compiled, torch)``: the estimator fitted with and without the kernels."""
+    fit_kw = fit_kw or {}
+    with compiled_kernels(False):
+        ref = make().fit(X, y, **fit_kw)
+    if require_kernel:  # the torch engine's update must not run: the kernel serves every row
+        used = AssertionError("torch engine used")
+        with compiled_kernels(True), mock.patch.object(LowRankPrecision, "update", side_effect=used), \
+                mock.patch.object(DiagonalCovariance, "update", side_effect=used), \
+                mock.patch.object(FullCovariance, "update", side_effect=used):
+            est = make().fit(X, y, **fit_kw)
+    else:
+        with compiled_kernels(True):
+            est = make().fit(X, y, **fit_kw)
+    return est, ref
+
+
+def _assert_close(a, b, rtol):
+    a, b = np.asarray(a), np.asarray(b)
+    np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol * max(1.0, float(np.abs(b).max()) if b.size else 1.0))
+
+
+def _assert_same_state(a, b, rtol=1e-12):
+    """The same filter state to rounding; LoFi's ``W`` through ``W Wᵀ`` (rows are defined up to sign)."""
+    sa, sb = a.filter_state_, b.filter_state_
+    assert sa.n_seen == sb.n_seen and type(sa.belief) is type(sb.belief)
+    for name in sb.belief._fields:
+        x, y = getattr(sa.belief, name), getattr(sb.belief, name)
+        if not isinstance(y, torch.Tensor):
+            assert x == y, name
+            continue
+        assert x.shape == y.shape and x.dtype == y.dtype, name
+        x, y = x.numpy(), y.numpy()
+        if name == "low_rank":
+            x, y = x.T @ x, y.T @ y
+        _assert_close(x, y, rtol)
+    if isinstance(sb.noise, dict):
+        for key in sb.noise:
+            assert sa.noise[key].shape == sb.noise[key].shape and sa.noise[key].dtype == sb.noise[key].dtype
+            _assert_close(sa.noise[key], sb.noise[key], rtol)
+
+
+def _assert_same_predictions(a, b, X, rtol=1e-12):
+    if hasattr(b, "predict_proba"):
+        np.testing.assert_allclose(a.predict_proba(X), b.predict_proba(X), rtol=rtol, atol=rtol)
+    else:
+        ma, sa = a.predict(X, return_std=True)
+        mb, sb = b.predict(X, return_std=True)
+        np.testing.assert_allclose(ma, mb, rtol=rtol, atol=rtol * max(1.0, float(np.abs(mb).max())))
+        np.testing.assert_allclose(sa, sb, rtol=rtol)
+
+
+REGRESSORS = {
+    "fixed-noise": dict(obs_variance=0.05, prior_variance=0.5),
+    "auto": dict(),
+    "adaptive": dict(obs_variance="adaptive", prior_variance=0.3),
+    "robust": dict(obs_variance="robust"),
+    "decay": dict(decay=0.99, obs_variance=0.05, prior_variance=0.5),
+    "process-noise": dict(process_noise=1e-4),
+    "decay+process-noise": dict(decay=0.995, process_noise=1e-3, obs_variance="adaptive"),
+    "batch-4": dict(batch_size=4),
+    "rank-0": dict(rank=0),
+    "tanh-2-layers": dict(hidden_layer_sizes=(6, 5), activation="tanh"),
+    "logistic": dict(activation="logistic"),
+    "elu": dict(activation="elu"),
+    "identity": dict(activation="identity"),
+    "linear-model": dict(hidden_layer_sizes=()),
+}
+
+
+@pytest.mark.parametrize("name", list(REGRESSORS))
+def test_regressor_kernel_equals_torch_engine(name):
+    kw = dict(hidden_layer_sizes=(8,), rank=3, random_state=0)
+    kw.update(REGRESSORS[name])
+    X, y = _regression()
+    est, ref = _fit_both(lambda: LoFiRegressor(**kw), X, y)
+    _assert_same_state(est, ref)
+    _assert_same_predictions(est, ref, X[:7])
+
+
+EKF = {
+    "vd": dict(covariance="vd"),
+    "vd-exact-mean": dict(covariance="vd", vd_mean="exact"),
+    "fd": dict(covariance="fd"),
+    "full": dict(covariance="full"),
+}
+EKF_SETTINGS = {
+    "fixed-noise": dict(obs_variance=0.05, prior_variance=0.5),
+    "auto": dict(),
+    "process-noise": dict(decay=0.995, process_noise=1e-4, obs_variance="adaptive"),
+    "batch-3": dict(batch_size=3),
+}
+
+
+@pytest.mark.parametrize("setting", list(EKF_SETTINGS))
+@pytest.mark.parametrize("structure", list(EKF))
+def test_ekf_kernels_equal_torch_engine(structure, setting):
+    kw = dict(hidden_layer_sizes=(8,), random_state=0, **EKF[structure], **EKF_SETTINGS[setting])
+    X, y = _regression()
+    est, ref = _fit_both(lambda: EKFRegressor(**kw), X, y)
+    _assert_same_state(est, ref)
+    _assert_same_predictions(est, ref, X[:7])
+
+
+@pytest.mark.parametrize("structure", list(EKF))
+@pytest.mark.parametrize("n_classes", [2, 4])
+def test_ekf_classifier_kernels_equal_torch_engine(structure, n_classes):
+    X, y = _classification(classes=n_classes)
+    make = lambda: EKFClassifier(hidden_layer_sizes=(6,), random_state=0, **EKF[structure])  # noqa: E731
+    est, ref = _fit_both(make, X, y)
+    _assert_same_state(est, ref)
+    _assert_same_predictions(est, ref, X[:9])
+
+
+@pytest.mark.parametrize("structure", list(EKF))
+def test_ekf_float32_and_weights(structure):
+    X, y = _regression()
+    w = np.random.default_rng(2).uniform(0.0, 2.0, size=len(X))
+    make = lambda: EKFRegressor(hidden_layer_sizes=(8,), dtype="float32", random_state=0, **EKF[structure])  # noqa: E731
+    est, ref = _fit_both(make, X, y, {"sample_weight": w})
+    _assert_same_state(est, ref, rtol=2e-4)
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_multi_output_and_sample_weights(batch_size):
+    X, Y = _regression(outputs=2)
+    w = np.random.default_rng(3).uniform(0.0, 2.0, size=len(X))
+    w[5] = 0.0
+    make = lambda: LoFiRegressor(hidden_layer_sizes=(7,), rank=4, batch_size=batch_size, random_state=0)  # noqa: E731
+    est, ref = _fit_both(make, X, Y, {"sample_weight": w})
+    _assert_same_state(est, ref)
+    _assert_same_predictions(est, ref, X[:5])
+
+
+@pytest.mark.parametrize("n_classes", [2, 3, 5])
+@pytest.mark.parametrize("batch_size", [1, 2])
+def test_classifier_kernel_equals_torch_engine(n_classes, batch_size):
+    X, y = _classification(classes=n_classes)
+    make = lambda: LoFiClassifier(hidden_layer_sizes=(6,), rank=3, batch_size=batch_size, random_state=0)  # noqa: E731
+    est, ref = _fit_both(make, X, y)
+    _assert_same_state(est, ref)
+    _assert_same_predictions(est, ref, X[:9])
+
+
+def test_float32():
+    X, y = _regression()
+    make = lambda: LoFiRegressor(hidden_layer_sizes=(8,), rank=3, dtype="float32", random_state=0)  # noqa: E731
+    est, ref = _fit_both(make, X, y)
+    assert est.filter_state_.belief.mean.dtype == torch.float32
+    _assert_same_state(est, ref, rtol=2e-4)
+    _assert_same_predictions(est, ref, X[:5], rtol=2e-4)
+
+
+def test_partial_fit_continues_and_pickles():
+    X, y = _regression(120)
+    make = lambda: LoFiRegressor(hidden_layer_sizes=(8,), rank=3, random_state=0)  # noqa: E731
+    with compiled_kernels(False):
+        ref = make().fit(X[:40], y[:40])
+        for i in range(40, 120, 13):
+            ref.partial_fit(X[i:i + 13], y[i:i + 13])
+    est = make().fit(X[:40], y[:40])
+    est = pickle.loads(pickle.dumps(est))
+    for i in range(40, 120, 13):
+        est.partial_fit(X[i:i + 13], y[i:i + 13])
+    _assert_same_state(est, ref)
+
+
+def test_stiff_row_is_handed_to_the_torch_engine():
+    """A row of 1e7 makes the update system stiff: the kernel stops before it and the torch engine
+    takes the square-root forms (spec/diagonal-ekf.md §6) — for that step and, as the belief then
+    holds a stiff direction, for the later ones; the rows before it are the kernel's."""
+    X, y = _regression(60)
+    X[30] = 1e7
+    make = lambda: LoFiRegressor(hidden_layer_sizes=(5,), rank=3, obs_variance=0.01, prior_variance=1.0,  # noqa: E731
+                                 random_state=0)
+    calls = []
+    original = LowRankPrecision.update
+
+    def counting(self, *args, **kwargs):
+        calls.append(1)
+        return original(self, *args, **kwargs)
+
+    with compiled_kernels(False):
+        ref = make().fit(X, y)
+    with mock.patch.object(LowRankPrecision, "update", counting):
+        est = make().fit(X, y)
+    assert 1 <= len(calls) <= 30  # the stiff step and those after it, not the 30 rows before
+    _assert_same_state(est, ref, rtol=1e-10)
+
+
+def test_numerical_failure_keeps_the_last_good_belief():
+    """Logits beyond the bound raise the torch engine's error with the rows before kept, as there."""
+    X, y = _classification(60, classes=3)
+    X = X * 300.0
+    make = lambda: LoFiClassifier(hidden_layer_sizes=(5,), rank=2, prior_variance=1e4, random_state=0)  # noqa: E731
+    outcomes = []
+    for on in (False, True):
+        est = make()
+        with compiled_kernels(on):
+            with pytest.raises(FilterStepError) as info:
+                est.fit(X, y)
+        outcomes.append((est, str(info.value)))
+    (ref, msg_ref), (est, msg) = outcomes
+    assert msg == msg_ref
+    assert est.n_samples_seen_ == ref.n_samples_seen_
+    _assert_same_state(est, ref, rtol=1e-10)
+    follow = []  # the next call behaves the same on both paths (here the weights stay diverged)
+    for e in (est, ref):
+        with compiled_kernels(e is est):
+            try:
+                e.partial_fit(np.zeros((1, X.shape[1])), y[:1])
+                follow.append(None)
+            except FilterStepError as exc:
+                follow.append(str(exc))
+    assert follow[0] == follow[1]
+    _assert_same_state(est, ref, rtol=1e-10)
+
+
+def test_interrupt_between_kernel_calls_keeps_the_rows_learned():
+    from skfilter.kernels import _dispatch
+
+    X, y = _regression(50)
+    make = lambda: LoFiRegressor(hidden_layer_sizes=(5,), rank=2, prior_variance=0.5, obs_variance=0.1,  # noqa: E731
+                                 random_state=0)
+    original = _dispatch.lofi_rows
+    calls = [0]
+
+    def interrupted(*args):
+        calls[0] += 1
+        if calls[0] == 3:
+            raise KeyboardInterrupt
+        return original(*args)
+
+    est = make()
+    with mock.patch.object(_dispatch, "CHUNK_ROWS", 8), mock.patch.object(_dispatch, "lofi_rows", interrupted):
+        with pytest.raises(KeyboardInterrupt):
+            est.fit(X, y)
+    assert est.n_samples_seen_ == 16
+    with compiled_kernels(False):
+        ref = make().fit(X[:16], y[:16])
+    _assert_same_state(est, ref)
+
+
+def test_switches():
+    assert enabled()
+    with compiled_kernels(False):
+        assert not enabled()
+        with compiled_kernels(True):
+            assert enabled()
+        assert not enabled()
+    assert enabled()
