@@ -290,3 +290,9 @@ def test_switches():
             assert enabled()
         assert not enabled()
     assert enabled()
+
+
+def test_warm_up_command_compiles_every_kernel():
+    from skfilter.kernels.__main__ import warm_up
+
+    assert warm_up(verbose=False) >= 0.0

@@ -10,8 +10,11 @@ square-root forms, numerical failures, which then raise with the last good belie
 torch engine, which stays the reference: both agree to rounding (tests/test_kernels.py).
 
 Kernels are compiled on first use and cached on disk (numba's ``cache=True``): the first fit after
-installation pays a few seconds once. ``SKFILTER_COMPILED=0`` in the environment, or
-:func:`compiled_kernels` as a context manager, turns them off; without numba installed they are off.
+installation pays ~10 s per structure once, or ``python -m skfilter.kernels`` compiles them all
+ahead (``make install`` does). numba keys a cached function on its own file only: after editing a
+kernel module, delete ``skfilter/kernels/__pycache__`` so that its callers are recompiled too.
+``SKFILTER_COMPILED=0`` in the environment, or :func:`compiled_kernels` as a context manager, turns
+them off; without numba installed they are off.
 
 Examples
 --------

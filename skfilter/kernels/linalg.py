@@ -76,7 +76,12 @@ BLAS_THRESHOLD = 400_000
 _BLOCK = 256
 
 
-@njit(cache=True, nogil=True)
+#: reassociation lets numba vectorise the dot products; no other fast-math flag, so NaN and ∞ still
+#: propagate to the step's checks
+FAST = {"reassoc", "contract"}
+
+
+@njit(cache=True, nogil=True, fastmath=FAST)
 def gram_into(A, B, out, symmetric):
     """``out[:k, :k2] = A Bᵀ`` for row blocks ``A (k, P)``, ``B (k2, P)``: column-blocked loops for
     small products (``symmetric``: ``A Bᵀ`` is known to be symmetric, so only its lower triangle, the
@@ -104,7 +109,7 @@ def gram_into(A, B, out, symmetric):
                 out[a, b] = out[b, a]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=FAST)
 def combine_rows(M, A, out):
     """``out = M A`` for a small ``M (r, k)`` and rows ``A (k, P)`` (``out (r, P)``): loops of
     ``axpy`` over contiguous rows for small products, BLAS for large ones."""

@@ -129,6 +129,7 @@ def lofi_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, means, diags,
     out_LP = np.empty((L, P), dtype=dt)
     dropped = np.empty((m_full, P), dtype=dt)  # (ŨΛ̃)ᵀ rows past L
     inner_buf = np.empty((k_full, k_full), dtype=dt)
+    step_row = np.empty((1, P), dtype=dt)
     gram_buf = np.empty((k_full, k_full), dtype=dt)
     noise_before = noise.copy()
     row = 0
@@ -224,11 +225,9 @@ def lofi_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, means, diags,
                 coef[a] = -coef[a]
             for b in range(m):
                 coef[L + b] += ew[b]
+            combine_rows(coef[:k].reshape(1, k), scaled[:k], step_row)  # (Υ⁻¹W̃) c, one pass over the rows
             for j in range(P):
-                s = 0.0
-                for a in range(k):
-                    s += scaled[a, j] * coef[a]
-                mean_dst[j] += s
+                mean_dst[j] += step_row[0, j]
             # truncation: eigenvectors of the Gram W̃ᵀW̃ by decreasing eigenvalue
             gram_into(tilde[:k], tilde[:k], gram_buf, True)
             _, V = np.linalg.eigh(gram_buf[:k, :k])

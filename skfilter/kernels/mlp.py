@@ -58,7 +58,7 @@ def _derivative(code, z, a):
     return 1.0
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def mlp_forward(theta, x, shapes, offsets, codes, acts, pre, f):
     """Forward pass of one row ``x``: writes the outputs into ``f (C,)``, the activations
     ``a_0 … a_{L−1}`` into the rows of ``acts`` and the hidden pre-activations into ``pre``."""

@@ -127,11 +127,13 @@ def whiten_rows(code, f, y, J, scale, weight, ew, tiny, pj):
             tot += p[c]
         for c in range(C):
             p[c] /= tot
-        for j in range(P):
-            s = 0.0
-            for c in range(C):
-                s += p[c] * J[c, j]
-            pj[j] = s
+        for j in range(P):  # pᵀJ, row by row (contiguous passes)
+            pj[j] = p[0] * J[0, j]
+        for c in range(1, C):
+            pc = p[c]
+            row = J[c]
+            for j in range(P):
+                pj[j] += pc * row[j]
         for c in range(C):
             sp = np.sqrt(max(p[c], tiny))
             ew[c] = (y[c] - p[c]) / sp * sw

@@ -1,0 +1,39 @@
+"""``python -m skfilter.kernels``: compile the kernels now (float64 and float32) into numba's on-disk
+cache, so that the first fit does not pay for it (``make install`` runs this once)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+def warm_up(verbose=True) -> float:
+    """Fit a tiny stream with every kernel in both dtypes (compiling and caching each); returns
+    the seconds it took."""
+    import numpy as np
+
+    from .. import EKFRegressor, LoFiRegressor
+    from . import AVAILABLE, compiled_kernels
+
+    if not AVAILABLE:
+        if verbose:
+            print("numba is not installed: the compiled kernels are off.")
+        return 0.0
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(8, 2)), rng.normal(size=8)
+    t0 = time.perf_counter()
+    with compiled_kernels(True):
+        for dtype in ("float64", "float32"):
+            for est in (LoFiRegressor(hidden_layer_sizes=(3,), rank=2, dtype=dtype),
+                        EKFRegressor(hidden_layer_sizes=(3,), covariance="vd", dtype=dtype),
+                        EKFRegressor(hidden_layer_sizes=(3,), covariance="full", dtype=dtype)):
+                est.fit(X, y)
+    seconds = time.perf_counter() - t0
+    if verbose:
+        print(f"skfilter kernels compiled and cached in {seconds:.1f} s.")
+    return seconds
+
+
+if __name__ == "__main__":  # pragma: no cover - a command
+    warm_up()
+    sys.exit(0)
