@@ -19,8 +19,8 @@ import torch
 
 from skfilter import EKFClassifier, EKFRegressor
 from skfilter.posteriors import DiagonalCovariance, FullCovariance
+from skfilter.posteriors import diagonal as diagonal_module
 from skfilter.posteriors import full as full_module
-from skfilter.posteriors.diagonal import DiagonalBelief
 from skfilter.posteriors.full import FullBelief
 
 F64, F32 = torch.float64, torch.float32
@@ -148,6 +148,7 @@ def _reuse_stream(structure, prior, Hs, es, reuse):
 @pytest.mark.parametrize("kind, compiled", [("full", False), ("full", True), ("vd", False),
                                             ("vd-exact", False), ("fd", False)])
 def test_workspace_reuse_gives_the_same_beliefs(kind, compiled, m, K, dtype, monkeypatch):
+    monkeypatch.setattr(diagonal_module, "_REUSE_MIN_ENTRIES", 0)  # reuse at any size
     if compiled:
         pytest.importorskip("numba")
         monkeypatch.setattr(full_module, "_KERNEL_MIN_WORK", 0)
@@ -167,8 +168,22 @@ def test_workspace_reuse_gives_the_same_beliefs(kind, compiled, m, K, dtype, mon
         assert torch.isfinite(v).all()
 
 
-def test_workspace_sharing_memory_with_the_input_is_not_used():
+def test_diagonal_reuses_the_workspace_for_large_models_only():
+    """P-sized arrays are reused where an allocation costs more than the check (large ``P``)."""
+    for P, reused in ((diagonal_module._REUSE_MIN_ENTRIES, True), (501, False)):
+        structure = DiagonalCovariance("fd")
+        prior = structure.prior(torch.zeros(P, dtype=F64), 1.0)
+        dead = _clone(prior)
+        Hw, ew = torch.full((1, P), 1.0 / P, dtype=F64), torch.ones(1, dtype=F64)
+        new, _ = structure.update(prior, Hw, ew, workspace=dead)
+        assert (new.var.data_ptr() == dead.var.data_ptr()) is reused
+        assert (new.mean.data_ptr() == dead.mean.data_ptr()) is reused
+        assert _equal(new, structure.update(prior, Hw, ew)[0])
+
+
+def test_workspace_sharing_memory_with_the_input_is_not_used(monkeypatch):
     """A workspace whose arrays alias the input belief's (a view of the same memory) is ignored."""
+    monkeypatch.setattr(diagonal_module, "_REUSE_MIN_ENTRIES", 0)
     rng = np.random.default_rng(5)
     P = 9
     Hw, ew = torch.as_tensor(rng.normal(size=(2, P))), torch.as_tensor(rng.normal(size=2))

@@ -21,6 +21,10 @@ class DiagonalBelief(NamedTuple):
 def _as_matrix(C):
     return C.reshape(1, 1) if C.dim() == 0 else C
 
+#: the update writes into the workspace's arrays from this many variances (below, a fresh array
+#: costs less than checking that the workspace's may be written)
+_REUSE_MIN_ENTRIES = 1 << 15
+
 
 def _addcmul(a, b, c, out, value=1.0):
     """``a + value · b ⊙ c`` (broadcast to ``a``'s shape), into ``out`` when it is given."""
@@ -159,7 +163,7 @@ class DiagonalCovariance(Structure):
 
     def update(self, belief, Hw, ew, workspace=None):
         outs = (None, None)
-        if workspace is not None:  # the new mean and variances into the dead belief's arrays
+        if workspace is not None and belief.var.numel() >= _REUSE_MIN_ENTRIES:  # into the dead belief's arrays
             avoid = (belief.mean, belief.var, Hw, ew)
             outs = (_spare(workspace.mean, belief.mean, avoid), _spare(workspace.var, belief.var, avoid))
         mu, new_var, C, info = self._step(belief, Hw, ew, stiff=False, outs=outs)

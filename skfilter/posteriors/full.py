@@ -66,18 +66,21 @@ def _rows_times_symmetric_py(A, H, out, zero):  # pragma: no cover - compiled by
         i += 1
 
 
+def _kernels_enabled():  # pragma: no cover - replaced on first call
+    return True
+
+
 def _compiled_kernel():
     """The numba-compiled :func:`_rows_times_symmetric_py`, or None (no numba, or compiled kernels
     switched off: ``SKFILTER_COMPILED=0``, :func:`skfilter.kernels.compiled_kernels`)."""
-    global _kernel
-    try:
-        from ..kernels import enabled
-    except ImportError:  # pragma: no cover - a build without the kernels package
-        def enabled():
-            return True
-    if not enabled():
-        return None
+    global _kernel, _kernels_enabled
     if _kernel is None:
+        try:
+            from ..kernels import enabled
+        except ImportError:  # pragma: no cover - a build without the kernels package
+            pass
+        else:
+            _kernels_enabled = enabled
         try:
             from numba import njit
         except ImportError:  # pragma: no cover - exercised only without numba
@@ -86,7 +89,7 @@ def _compiled_kernel():
             # reassociation lets the dot products vectorise; no other fast-math flag (NaN and ∞
             # must propagate to the step's checks)
             _kernel = njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})(_rows_times_symmetric_py)
-    return _kernel or None
+    return _kernel if _kernel and _kernels_enabled() else None
 
 
 def _uses_kernel(H, cov):
