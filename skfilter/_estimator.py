@@ -324,9 +324,13 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
         current mean(s) ``μ`` of the current state (small ``X`` only; a copy, so that a caller
         reusing its buffer cannot make it stale). Only outputs computed as the check computes them:
         by the adapter's ``forward`` (``by_forward``), or by the fused MLP adapter, whose
-        ``forward_jacobian`` runs the same forward pass."""
+        ``forward_jacobian`` runs the same forward pass. Returns that largest ``|h|`` (None if not
+        remembered)."""
         if X.size <= _REMEMBERED_OUTPUT_ENTRIES and (by_forward or type(self._adapter) is MLPAdapter):
-            memo_for(self)["outputs"] = (self.filter_state_, X.copy(), _largest(f))
+            biggest = _largest(f)
+            memo_for(self)["outputs"] = (self.filter_state_, X.copy(), biggest)
+            return biggest
+        return None
 
     def _remembered_outputs(self, X):
         """The largest ``|h(μ, x)|`` remembered by :meth:`_remember_outputs` if it was for the
@@ -551,22 +555,20 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
         """Model output ``f (…, n, C)`` at the posterior mean and the diagonal of ``J Σ Jᵀ``,
         ``(…, n, C)`` (spec/lofi.md §2.8 B.1; the current belief, or ``belief`` — with hypotheses
         axes, for each hypothesis — with no predict step)."""
-        with _no_grad_for(self._adapter):
-            return self._linearized_outputs(Xt, belief)
-
-    def _linearized_outputs(self, Xt, belief):
         belief = self.filter_state_.belief if belief is None else belief
-        n_hyp = max(1, belief.mean[..., 0].numel())
-        chunks = self._chunks(Xt.shape[0], n_hyp)
-        if len(chunks) == 1:
-            f, J = self._adapter.forward_jacobian(belief.mean, Xt)
-            return f, self._structure.quadratic_diagonal(belief, J)
-        fs, vs = [], []
-        for a, b in chunks:
-            f, J = self._adapter.forward_jacobian(belief.mean, Xt[a:b])
-            fs.append(f)
-            vs.append(self._structure.quadratic_diagonal(belief, J))
-        return torch.cat(fs, dim=-2), torch.cat(vs, dim=-2)
+        mean = belief.mean
+        n_hyp = 1 if mean.dim() == 1 else max(1, mean[..., 0].numel())
+        with _no_grad_for(self._adapter):
+            n = Xt.shape[0]
+            if n <= max(1, _PREDICT_CHUNK_ENTRIES // max(1, n_hyp * self._adapter.n_outputs * self.n_params_)):
+                f, J = self._adapter.forward_jacobian(mean, Xt)  # one chunk (as _chunks)
+                return f, self._structure.quadratic_diagonal(belief, J)
+            fs, vs = [], []
+            for a, b in self._chunks(n, n_hyp):
+                f, J = self._adapter.forward_jacobian(mean, Xt[a:b])
+                fs.append(f)
+                vs.append(self._structure.quadratic_diagonal(belief, J))
+            return torch.cat(fs, dim=-2), torch.cat(vs, dim=-2)
 
     @torch.no_grad()
     def _plugin(self, Xt, belief=None):

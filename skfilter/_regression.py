@@ -233,10 +233,12 @@ class FilterRegressorMixin(RegressorMixin):
                 or not isinstance(self._likelihood, Gaussian):
             return None
         f, v = self._linearized(Xt)
-        self._remember_outputs(rows, f)
+        biggest = self._remember_outputs(rows, f)
         mean = self._shape_output(f.numpy())
+        finite_mean = biggest is not None and biggest < np.inf  # max |f|: NaN or inf iff an entry is
         if not return_std:
-            self._check_finite_prediction(mean)
+            if not finite_mean:
+                self._check_finite_prediction(mean)
             return mean
         var = v.numpy()
         if include_noise:
@@ -245,7 +247,7 @@ class FilterRegressorMixin(RegressorMixin):
             var = var + 0.0
         # torch's square root, as the torch path (on the CPU it is not always correctly rounded)
         std = self._shape_output(torch.from_numpy(np.maximum(var, 0.0)).sqrt_().numpy())
-        self._check_finite_prediction(mean, std)
+        self._check_finite_prediction(*((std,) if finite_mean else (mean, std)))
         return mean, std
 
     def sample_y(self, X, n_samples=1, random_state=None):
