@@ -261,3 +261,28 @@ def test_regressor_float32_with_reuse(covariance):
     belief = est.posterior_.belief
     assert all(v.dtype == F32 for v in belief)
     assert np.isfinite(est.predict(X)).all()
+
+
+@pytest.mark.parametrize("K", [None, 2])
+@pytest.mark.parametrize("g, Q", [(1.0, 0.0), (0.9, 0.0), (1.0, 0.01), (0.9, 0.01), (0.9, "vector")])
+def test_transition_leaves_its_input_alone(g, Q, K):
+    """``μ ← g μ + b``, ``Σ ← g² Σ + diag(Q)`` (the diagonal added on the new matrix, never on the
+    input's)."""
+    rng = np.random.default_rng(9)
+    P = 6
+    batch = () if K is None else (K,)
+    if Q == "vector":
+        Q = torch.as_tensor(rng.uniform(0.01, 0.1, size=P))
+    shift = torch.as_tensor(rng.normal(size=P))
+    mean = torch.as_tensor(rng.normal(size=(*batch, P)))
+    for structure in _structures().values():
+        belief = structure.prior(mean, 0.5)
+        if isinstance(belief, FullBelief):
+            belief = FullBelief(belief.mean, _spd(P, rng, batch=batch))
+        held = _clone(belief)
+        new = structure.transition(belief, g, Q, shift)
+        assert _equal(belief, held)
+        torch.testing.assert_close(new.mean, g * held.mean + shift, rtol=1e-15, atol=0)
+        dense = structure.covariance(new)
+        expected = g * g * structure.covariance(held) + torch.diag_embed(torch.as_tensor(Q, dtype=F64).expand(P))
+        torch.testing.assert_close(dense, expected, rtol=1e-15, atol=0)

@@ -153,12 +153,15 @@ class DiagonalCovariance(Structure):
 
     def transition(self, belief, g, Q, shift):
         mean, var = belief
+        noise = isinstance(Q, torch.Tensor) or Q != 0.0
         if g != 1.0:
             mean, var = mean * g, var * (g * g)
+            if noise:  # on the new array
+                var.add_(Q)
+        elif noise:
+            var = var + Q
         if shift is not None:
             mean = mean + shift
-        if isinstance(Q, torch.Tensor) or Q != 0.0:
-            var = var + Q
         return DiagonalBelief(mean, var)
 
     def update(self, belief, Hw, ew, workspace=None):

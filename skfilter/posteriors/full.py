@@ -225,12 +225,15 @@ class FullCovariance(Structure):
 
     def transition(self, belief, g, Q, shift):
         mean, cov = belief
+        noise = isinstance(Q, torch.Tensor) or Q != 0.0
         if g != 1.0:
             mean, cov = mean * g, cov * (g * g)
+            if noise:  # on the new matrix: one P × P allocation and pass, not two
+                cov.diagonal(dim1=-2, dim2=-1).add_(Q)
+        elif noise:
+            cov = _add_diagonal(cov, Q)
         if shift is not None:
             mean = mean + shift
-        if isinstance(Q, torch.Tensor) or Q != 0.0:
-            cov = _add_diagonal(cov, Q)
         return FullBelief(mean, cov)
 
     def update(self, belief, Hw, ew, workspace=None):
