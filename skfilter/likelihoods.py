@@ -37,6 +37,16 @@ def _tiny(dtype):
     return torch.finfo(dtype).eps ** 2
 
 
+def _scaled_rows(J, s, out):
+    """``J * s`` (``s`` broadcast over the last axis), into ``out`` if given (an array of ``J``'s
+    kind)."""
+    if out is None:
+        return J * s
+    if isinstance(J, np.ndarray):
+        return np.multiply(J, s, out=out)
+    return torch.mul(J, s, out=out)
+
+
 class Likelihood:
     """Base class. Subclasses implement :meth:`mean` and :meth:`whiten`."""
 
@@ -55,9 +65,14 @@ class Likelihood:
         """Mean of the target given model output ``f`` (plug-in)."""
         raise NotImplementedError
 
-    def whiten(self, f, J, Y, state=None):
+    def whiten(self, f, J, Y, state=None, out=None):
         """Whitened pseudo-observation ``(Hw (..., n, m, P), ew (..., n, m))`` (see module docstring);
-        ``f (..., n, C)``, ``J (..., n, C, P)`` may carry hypotheses axes."""
+        ``f (..., n, C)``, ``J (..., n, C, P)`` may carry hypotheses axes.
+
+        ``out``, if given, is an array of the same kind as ``J`` (a tensor, or a NumPy array on the
+        host path) with ``Hw``'s shape and dtype that receives ``Hw`` instead of a new array (it may
+        not share memory with ``J``); a caller that owns a buffer for a stream passes it at every
+        step, so that no ``P``-sized array is allocated per step."""
         raise NotImplementedError
 
     def noise_covariance(self, f, state=None):
@@ -244,11 +259,11 @@ class Gaussian(Likelihood):
 
     host_arrays = True
 
-    def whiten(self, f, J, Y, state):
+    def whiten(self, f, J, Y, state, out=None):
         s = state["scale"]  # (..., C, 1): the step's r^{−1/2}, kept with r by initial_state/next_state
         if s.ndim > 2:  # one noise state per hypothesis: broadcast over the rows
             s = s[..., None, :, :]
-        return J * s, (Y - f) * s[..., 0]
+        return _scaled_rows(J, s, out), (Y - f) * s[..., 0]
 
     def noise_covariance(self, f, state):
         return torch.diag_embed(state["r"]).unsqueeze(-3).expand(*f.shape, f.shape[-1])
@@ -283,11 +298,11 @@ class Bernoulli(Likelihood):
     def mean(self, f):
         return torch.sigmoid(f)
 
-    def whiten(self, f, J, Y, state=None):
+    def whiten(self, f, J, Y, state=None, out=None):
         p = torch.sigmoid(f)
         v = (p * (1 - p)).clamp_min(_tiny(f.dtype))
         sv = v.sqrt()
-        return J * sv.unsqueeze(-1), (Y - p) / sv
+        return _scaled_rows(J, sv.unsqueeze(-1), out), (Y - p) / sv
 
     def _variance(self, f):
         p = torch.sigmoid(f)
@@ -316,12 +331,12 @@ class Categorical(Likelihood):
     def mean(self, f):
         return torch.softmax(f, dim=-1)
 
-    def whiten(self, f, J, Y, state=None):
+    def whiten(self, f, J, Y, state=None, out=None):
         p = torch.softmax(f, dim=-1)
         sp = p.clamp_min(_tiny(f.dtype)).sqrt()
         pJ = torch.einsum("...nc,...ncp->...np", p, J)  # pᵀJ for each row
-        Hw = sp.unsqueeze(-1) * (J - pJ.unsqueeze(-2))
-        return Hw, (Y - p) / sp
+        Hw = torch.sub(J, pJ.unsqueeze(-2), out=out)  # then scaled in place: one P-sized array
+        return Hw.mul_(sp.unsqueeze(-1)), (Y - p) / sp
 
     def noise_covariance(self, f, state=None):
         """``diag(p) − p pᵀ`` (singular: ``1ᵀ R = 0``)."""
@@ -349,10 +364,10 @@ class Poisson(Likelihood):
     def mean(self, f):
         return torch.exp(f.clamp(max=self.max_log_rate))
 
-    def whiten(self, f, J, Y, state=None):
+    def whiten(self, f, J, Y, state=None, out=None):
         lam = self.mean(f).clamp_min(_tiny(f.dtype))
         sl = lam.sqrt()
-        return J * sl.unsqueeze(-1), (Y - lam) / sl
+        return _scaled_rows(J, sl.unsqueeze(-1), out), (Y - lam) / sl
 
     def aleatoric_variance(self, f, state):
         return self.mean(f)

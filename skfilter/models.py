@@ -38,6 +38,7 @@ import math
 import threading
 from collections import OrderedDict
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -431,13 +432,28 @@ class MLPAdapter(ModuleAdapter):
         """``h(θ_s, X)`` for S parameter vectors at once (batched :meth:`forward`): ``(S, n, C)``."""
         return self.forward(thetas, X)
 
-    def forward_jacobian(self, theta, X):
+    def forward_jacobian(self, theta, X, out=None):
         """:func:`mlp_forward_jacobian` on NumPy views of CPU tensors (lower per-operation overhead,
-        :mod:`skfilter._array_ops`) or on the tensors themselves (GPU, or ``cpu_backend='torch'``)."""
+        :mod:`skfilter._array_ops`) or on the tensors themselves (GPU, or ``cpu_backend='torch'``).
+
+        ``out``, if given, is a contiguous tensor of ``J``'s shape ``(..., n, C, P)``, dtype and
+        device that receives ``J`` instead of a new array, and is returned as ``J``: a caller that
+        owns a buffer for the duration of a stream passes it at every step (a step never keeps
+        ``J``), so that no ``P``-sized array is allocated per step."""
         ops = ops_for(theta, prefer_numpy=self.cpu_backend == "numpy")
         theta_, X_ = as_numpy(ops, theta, X)
         X_ = self._inputs(ops, X_)
-        f, J = mlp_forward_jacobian(ops, theta_, X_, self._layer_shapes, self._act_names)
+        out_ = None
+        if out is not None:
+            shape = tuple(theta.shape[:-1]) + (X.shape[0], self._layer_shapes[-1][0], theta.shape[-1])
+            if not isinstance(out, torch.Tensor) or tuple(out.shape) != shape or out.dtype != theta.dtype \
+                    or out.device != theta.device or not out.is_contiguous():
+                raise ValueError(f"out must be a contiguous tensor of the Jacobian's shape {shape}, dtype "
+                                 f"{theta.dtype} and device {theta.device}.")
+            out_, = as_numpy(ops, out)
+        f, J = mlp_forward_jacobian(ops, theta_, X_, self._layer_shapes, self._act_names, out=out_)
+        if out is not None:
+            return as_tensor(ops, f)[0], out
         return as_tensor(ops, f, J)
 
 
@@ -477,7 +493,18 @@ def _mlp_pass(ops, layers, X, activations):
     return z, acts, pre
 
 
-def mlp_forward_jacobian(ops, theta, X, layer_shapes, activations):
+def _split_last(a, o, i):
+    """The view of ``a`` (``(..., o·i)``, its last axis contiguous) as ``(..., o, i)`` — a view
+    always (an error rather than a copy), so that writing into it fills ``a``."""
+    shape = tuple(a.shape[:-1]) + (o, i)
+    if isinstance(a, np.ndarray):
+        v = a.view()
+        v.shape = shape  # raises instead of copying
+        return v
+    return a.view(shape)
+
+
+def mlp_forward_jacobian(ops, theta, X, layer_shapes, activations, out=None):
     """Outputs ``f (n, C)`` and Jacobians ``J = ∂f/∂θ (n, C, P)`` of an MLP, by hand (module doc);
     for ``θ (..., P)`` (hypotheses axes) ``f (..., n, C)`` and ``J (..., n, C, P)``, in one batched pass.
 
@@ -486,15 +513,17 @@ def mlp_forward_jacobian(ops, theta, X, layer_shapes, activations):
     the blocks ``∂f/∂W_l = δ_l ⊗ a_{l−1}`` (row-major like ``W_l``), ``∂f/∂b_l = δ_l``, written into
     one buffer. ``θ`` is laid out as ``named_parameters()``: ``W_1, b_1, …, W_L, b_L``.
     ``ops`` is the array backend (:mod:`skfilter._array_ops`); ``layer_shapes`` the ``(out, in)``
-    of each layer; ``activations`` the names of the ``L − 1`` hidden activations.
+    of each layer; ``activations`` the names of the ``L − 1`` hidden activations. ``out``, if given,
+    is an array of the backend with ``J``'s shape and dtype that receives ``J`` (every entry is
+    written); the outer products are written into it directly, without temporaries of their size.
     """
     if theta.ndim != 1:
-        return _mlp_forward_jacobian_batched(ops, theta, X, layer_shapes, activations)
+        return _mlp_forward_jacobian_batched(ops, theta, X, layer_shapes, activations, out)
     n = X.shape[0]
     layers, offsets = _mlp_layers(theta, layer_shapes)
     z, acts, pre = _mlp_pass(ops, layers, X, activations)
     C = z.shape[1]
-    J = ops.empty((n, C, theta.shape[0]), like=X)
+    J = ops.empty((n, C, theta.shape[0]), like=X) if out is None else out
     # last layer: ∂f_c/∂W_L[c', j] = 1{c = c'} a_{L−1}[j], ∂f_c/∂b_L[c'] = 1{c = c'}
     o, i = layer_shapes[-1]
     k = offsets[-1]
@@ -503,7 +532,7 @@ def mlp_forward_jacobian(ops, theta, X, layer_shapes, activations):
         J[:, 0, k + i] = 1.0
     else:
         eye = ops.eye(C, like=X)
-        J[:, :, k:k + o * i] = (eye[None, :, :, None] * acts[-1][:, None, None, :]).reshape(n, C, o * i)
+        ops.multiply(eye[None, :, :, None], acts[-1][:, None, None, :], _split_last(J[:, :, k:k + o * i], o, i))
         J[:, :, k + o * i:k + o * i + o] = eye
     delta = None
     for l in range(len(layers) - 2, -1, -1):
@@ -514,12 +543,12 @@ def mlp_forward_jacobian(ops, theta, X, layer_shapes, activations):
             delta = delta * d_act[:, None, :]
         o, i = layer_shapes[l]
         k = offsets[l]
-        J[:, :, k:k + o * i] = (delta[:, :, :, None] * acts[l][:, None, None, :]).reshape(-1, C, o * i)
+        ops.multiply(delta[:, :, :, None], acts[l][:, None, None, :], _split_last(J[:, :, k:k + o * i], o, i))
         J[:, :, k + o * i:k + o * i + o] = delta
     return z, J
 
 
-def _mlp_forward_jacobian_batched(ops, theta, X, layer_shapes, activations):
+def _mlp_forward_jacobian_batched(ops, theta, X, layer_shapes, activations, out=None):
     """:func:`mlp_forward_jacobian` for ``θ (..., P)``: the same recursion with leading axes on the
     weights, activations and sensitivities (``X (n, D)`` shared, broadcast)."""
     n = X.shape[0]
@@ -527,7 +556,7 @@ def _mlp_forward_jacobian_batched(ops, theta, X, layer_shapes, activations):
     layers, offsets = _mlp_layers(theta, layer_shapes)
     z, acts, pre = _mlp_pass(ops, layers, X, activations)
     C = z.shape[-1]
-    J = ops.empty(lead + (n, C, theta.shape[-1]), like=X)
+    J = ops.empty(lead + (n, C, theta.shape[-1]), like=X) if out is None else out
     o, i = layer_shapes[-1]
     k = offsets[-1]
     if C == 1:
@@ -536,7 +565,7 @@ def _mlp_forward_jacobian_batched(ops, theta, X, layer_shapes, activations):
     else:
         eye = ops.eye(C, like=X)
         a = acts[-1]
-        J[..., k:k + o * i] = (eye[:, :, None] * a[..., None, None, :]).reshape(a.shape[:-1] + (C, o * i))
+        ops.multiply(eye[:, :, None], a[..., None, None, :], _split_last(J[..., k:k + o * i], o, i))
         J[..., k + o * i:k + o * i + o] = eye
     delta = None
     for l in range(len(layers) - 2, -1, -1):
@@ -547,8 +576,7 @@ def _mlp_forward_jacobian_batched(ops, theta, X, layer_shapes, activations):
             delta = delta * d_act[..., None, :]
         o, i = layer_shapes[l]
         k = offsets[l]
-        prod = delta[..., None] * acts[l][..., None, None, :]  # (..., n, C, o, i)
-        J[..., k:k + o * i] = prod.reshape(prod.shape[:-2] + (o * i,))
+        ops.multiply(delta[..., None], acts[l][..., None, None, :], _split_last(J[..., k:k + o * i], o, i))
         J[..., k + o * i:k + o * i + o] = delta
     return z, J
 

@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from .._array_ops import Disjoint
 from ..exceptions import FilterStepError
 
 
@@ -381,6 +382,25 @@ def resolution_floored_innovation(a: torch.Tensor, scale: torch.Tensor, eps: flo
 
 #: κ of :func:`resolution_floored_innovation`
 _FLOOR_MARGIN = 16.0
+
+
+def reusable_array(candidate, like: torch.Tensor, avoid=(), shape=None):
+    """``candidate`` (a field of a dead *workspace* belief, :meth:`Structure.update`) if a result
+    shaped like ``like`` (or ``shape``) may be written into it, else ``None``.
+
+    It must be a tensor of that shape with the dtype and device of ``like``, contiguous, outside
+    autograd, and share no memory with the arrays ``avoid`` (the step's inputs: a field a structure
+    passes through unchanged, such as spherical LoFi's ``η``, is shared by the beliefs of several
+    steps, and the workspace may hold it too) — a list of arrays or a
+    :class:`~skfilter._array_ops.Disjoint` (whose spans are then taken once for several fields)."""
+    if not isinstance(candidate, torch.Tensor) or candidate.requires_grad:
+        return None
+    if candidate.shape != (like.shape if shape is None else tuple(shape)):
+        return None
+    if candidate.dtype != like.dtype or candidate.device != like.device or not candidate.is_contiguous():
+        return None
+    guard = avoid if isinstance(avoid, Disjoint) else Disjoint(avoid)
+    return None if guard.overlaps(candidate) else candidate
 
 
 def as_variance_vector(prior_variance, like: torch.Tensor) -> torch.Tensor:

@@ -46,13 +46,18 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from .._array_ops import NUMPY_OPS, TORCH_OPS, as_numpy, as_tensor
+from .._array_ops import NUMPY_OPS, SCRATCH, TORCH_OPS, Disjoint, as_numpy, as_tensor, chunk_width
 from ..exceptions import FilterStepError
 from ._base import (Structure, UpdateInfo, as_variance_vector, cholesky_or_raise, identity_plus_gram_factor,
-                    stiffness_limit)
+                    reusable_array, stiffness_limit)
 
 VARIANTS = ("diagonal", "spherical")
 SVD_METHODS = ("full", "orth")
+
+
+#: a belief smaller than this (bytes) is not written into the workspace: small arrays come from the
+#: allocator's free lists at no cost, less than that of the checks of :meth:`LowRankPrecision._outputs`
+REUSE_MIN_BYTES = 1 << 18
 
 
 class LowRankBelief(NamedTuple):
@@ -84,6 +89,43 @@ def _backend(ops, t):
     return t.numpy() if ops is NUMPY_OPS else t
 
 
+class _Fresh:
+    """The ``out=`` operations of :mod:`~skfilter._array_ops` for tensors under autograd (``out=``
+    is not differentiable): the result is computed as a new tensor, then copied into ``out``."""
+
+    @staticmethod
+    def _put(result, out):
+        if out is None:
+            return result
+        out[...] = result
+        return out
+
+    matmul = staticmethod(lambda a, b, out: _Fresh._put(a @ b, out))
+    multiply = staticmethod(lambda a, b, out: _Fresh._put(a * b, out))
+    add = staticmethod(lambda a, b, out: _Fresh._put(a + b, out))
+    reciprocal = staticmethod(lambda a, out: _Fresh._put(1.0 / a, out))
+    sum_rows = staticmethod(lambda a, out: _Fresh._put(a.sum(-2), out))
+
+
+def _whole(a, s, e):
+    """The columns ``s:e`` of ``a`` when they are all of them (one block)."""
+    return a
+
+
+def _columns(a, s, e):
+    """The columns ``s:e`` of ``a`` (the last axis)."""
+    return a[..., s:e]
+
+
+def _in_place_ops(ops, *arrays):
+    """``ops`` for the ``out=`` operations, or :class:`_Fresh` when a tensor of ``arrays`` requires
+    gradients (then a single block spans ``P`` and nothing is reused)."""
+    if ops is TORCH_OPS and torch.is_grad_enabled() and any(
+            isinstance(a, torch.Tensor) and a.requires_grad for a in arrays):
+        return _Fresh
+    return ops
+
+
 def _is_stiff(ops, square, n):
     """Whether the trace of ``square = I_n + Gᵀ G`` (``(..., n, n)``, any hypothesis) minus ``n``
     exceeds :func:`~skfilter.posteriors._base.stiffness_limit`: the plain Cholesky and Woodbury forms
@@ -96,7 +138,8 @@ def _is_stiff(ops, square, n):
     return math.isfinite(excess) and excess > stiffness_limit(square.dtype)
 
 
-def lofi_update(ops, mean, diagonal, low_rank, Hw, ew, variant="diagonal", truncate=True):
+def lofi_update(ops, mean, diagonal, low_rank, Hw, ew, variant="diagonal", truncate=True, out=None,
+                scratch=None):
     """One LoFi update (Alg. 3 / Alg. 7) of the predicted belief ``N(μ⁻, (Υ⁻ + W⁻W⁻ᵀ)⁻¹)`` with the
     ``m`` whitened rows ``Hw (..., m, P)``, ``ew (..., m)``; ``low_rank = W⁻ᵀ (..., L, P)``; arrays of
     the backend ``ops`` (:mod:`~skfilter._array_ops`; the NumPy one takes no leading axes).
@@ -134,6 +177,17 @@ def lofi_update(ops, mean, diagonal, low_rank, Hw, ew, variant="diagonal", trunc
     ``D − Bᵀ M⁻¹ B = I + Hw Σ⁻ Hwᵀ`` (the whitened innovation covariance ``S_w``), so the
     evidence costs nothing extra (:class:`~skfilter.posteriors.UpdateInfo`).
 
+    **Memory** (:mod:`~skfilter._array_ops`): ``W̃ᵀ`` is never formed whole. Two passes run over
+    blocks of columns (:func:`~skfilter._array_ops.chunk_width`) — the ``k × 2k`` products, then the
+    mean, the rotation and the dropped mass — through one ``2k ×`` block temporary that stays in the
+    cache, so besides the results a step allocates nothing of size ``P``. ``scratch``, if given, is a
+    callable ``scratch(name, shape, like)`` returning an array to reuse for the temporary ``name``
+    (uninitialised; never part of a result); ``out = (μ, Υ, Wᵀ)``, if given, holds arrays (each
+    ``None`` or of the result's shape, sharing no memory with the inputs) that receive the results
+    instead of new ones (``Υ`` for diagonal LoFi only). The block sums change only the rounding of
+    the products, and nothing at all when one block spans ``P``. (The square-root forms below take
+    ``W̃ᵀ`` whole.)
+
     Returns ``(μ, Υ, Wᵀ, F)`` (``Υ, Wᵀ`` None unless ``truncate``), after one check that every
     result is finite and ``G⁻¹`` positive definite (:class:`~skfilter.exceptions.FilterStepError`
     otherwise). ``Υ`` stays positive by construction, so only finiteness is checked; ``W`` is not
@@ -145,15 +199,40 @@ def lofi_update(ops, mean, diagonal, low_rank, Hw, ew, variant="diagonal", trunc
     k = L + m
     P = low_rank.shape[-1]
     batch = tuple(Hw.shape[:-2])
-    # stacked = [(Υ⁻¹ W̃)ᵀ; W̃ᵀ], (2k, P): one product W̃ᵀ stackedᵀ gives W̃ᵀ Υ⁻¹ W̃ and the Gram W̃ᵀ W̃
     gram_needed = truncate and variant == "diagonal"
-    stacked = ops.empty(batch + (2 * k if gram_needed else k, P), like=Hw)
-    factors_t = stacked[..., k:, :] if gram_needed else ops.empty(batch + (k, P), like=Hw)  # W̃ᵀ
-    factors_t[..., :L, :] = low_rank
-    factors_t[..., L:, :] = Hw
-    stacked[..., :k, :] = factors_t * (1.0 / diagonal)[..., None, :]
-    scaled_t = stacked[..., :k, :]  # (Υ⁻¹ W̃)ᵀ; its last m rows are Υ⁻¹ Hwᵀ
-    products = factors_t @ stacked.swapaxes(-1, -2)
+    width = 2 * k if gram_needed else k
+    io = _in_place_ops(ops, mean, diagonal, low_rank, Hw, ew)
+    if io is _Fresh:
+        scratch = out = None
+    temp = scratch if scratch is not None else (lambda name, shape, like: ops.empty(shape, like=like))
+    mean_out, diag_out, low_rank_out = (None, None, None) if out is None else out
+    per_param = diagonal.shape[-1] == P  # Υ (..., P); spherical η (..., 1)
+    inv_all = None if per_param else 1.0 / diagonal
+    c = P if io is _Fresh else chunk_width(2 * k, P, Hw)
+    single = c >= P
+    spans = [(0, P)] if single else [(s, min(P, s + c)) for s in range(0, P, c)]
+    cut = _whole if single else _columns
+    # block = [(Υ⁻¹ W̃)ᵀ; W̃ᵀ] over the columns of one block, (2k, c): one product W̃ᵀ blockᵀ gives
+    # W̃ᵀ Υ⁻¹ W̃ and the Gram W̃ᵀ W̃
+    block = temp("lofi.block", batch + (2 * k, c), Hw)
+    inv = temp("lofi.inv", batch + (c,), Hw) if per_param else None
+
+    def fill(s, e, scale=True):
+        """``(W̃ᵀ, (Υ⁻¹ W̃)ᵀ)`` of the columns ``s:e`` into ``block``, and the block's columns."""
+        blk = block if e - s == c else block[..., :e - s]
+        Fc = blk[..., k:, :]
+        Fc[..., :L, :] = cut(low_rank, s, e)
+        Fc[..., L:, :] = cut(Hw, s, e)
+        if scale:
+            ic = io.reciprocal(cut(diagonal, s, e), inv if e - s == c else inv[..., :e - s]) if per_param else inv_all
+            io.multiply(Fc, ic[..., None, :], blk[..., :k, :])
+        return Fc, blk
+
+    products = None  # W̃ᵀ [Υ⁻¹ W̃, W̃], (k, width): a sum over blocks
+    for s, e in spans:
+        Fc, blk = fill(s, e)
+        part = Fc @ (blk if width == 2 * k else blk[..., :width, :]).swapaxes(-1, -2)
+        products = part if products is None else products + part
     inner = products[..., :, :k]  # W̃ᵀ Υ⁻¹ W̃, (k, k)
     rhs = inner[..., :, L:] @ ew[..., None]  # W̃ᵀ Υ⁻¹ b, (k, 1)
     if gram_needed:
@@ -162,36 +241,77 @@ def lofi_update(ops, mean, diagonal, low_rank, Hw, ew, variant="diagonal", trunc
         gram = inner * diagonal[..., None]
     system = inner + ops.eye(k, like=Hw)
     stiff = _is_stiff(ops, system, k)
+    factors_t = block[..., k:, :] if single else None  # W̃ᵀ whole, when one block holds it
+    coef = None
     if stiff:  # square-root form: [Υ^(-1/2) W̃; I] = Q R, F = Rᵀ; the mean by the gain Υ^(-1/2) Q[:P, L:]
+        if factors_t is None:  # the square-root forms take W̃ᵀ whole (stiff rows only)
+            factors_t = ops.empty(batch + (k, P), like=Hw)
+            factors_t[..., :L, :] = low_rank
+            factors_t[..., L:, :] = Hw
         root = _torch(1.0 / diagonal).sqrt()
         F, Q = identity_plus_gram_factor(_torch(factors_t) * root[..., None, :], with_q=True)
         z = torch.linalg.solve_triangular(F[..., L:, L:], _torch(ew)[..., None], upper=False)  # C⁻¹ ew
-        mean = mean + _backend(ops, root * (Q[..., :P, L:] @ z)[..., 0])
+        new_mean = mean + _backend(ops, root * (Q[..., :P, L:] @ z)[..., 0])
+        if mean_out is not None:
+            mean_out[...] = new_mean
+            new_mean = mean_out
         ok, factor = (0 if ops is NUMPY_OPS else torch.zeros((), dtype=torch.int32)), _backend(ops, F)
     else:
         sol, ok, factor = ops.spd_solve(system, rhs, "LoFi update system")
         coef = -sol
         coef[..., L:, 0] += ew
-        mean = mean + (scaled_t.swapaxes(-1, -2) @ coef)[..., 0]
-    if not truncate:
-        ops.check_finite([mean], ok, "LoFi update system")
-        return mean, None, None, factor
-    if stiff:  # the left singular vectors of W̃ᵀ: the eigenvectors of W̃ᵀW̃ without squaring it
-        V = _backend(ops, torch.linalg.svd(_torch(factors_t), full_matrices=k > P).U)  # U: k × k
-    else:
-        V = ops.eigh_descending(gram, "LoFi truncation (eigh of W̃ᵀW̃)")
-    rotated = V.swapaxes(-1, -2) @ factors_t  # (Ũ Λ̃)ᵀ
-    new_low_rank = rotated[..., :L, :]
-    if variant == "diagonal":
-        dropped = rotated[..., L:, :]
-        new_diagonal = diagonal + (dropped[..., 0, :] ** 2 if m == 1 else (dropped * dropped).sum(-2))
-    else:
+        new_mean = mean_out if mean_out is not None else ops.empty(mean.shape, like=mean)
+    new_diagonal = new_low_rank = None
+    diagonal_variant = truncate and variant == "diagonal"
+    if truncate:
+        if stiff:  # the left singular vectors of W̃ᵀ: the eigenvectors of W̃ᵀW̃ without squaring it
+            V = _backend(ops, torch.linalg.svd(_torch(factors_t), full_matrices=k > P).U)  # U: k × k
+        else:
+            V = ops.eigh_descending(gram, "LoFi truncation (eigh of W̃ᵀW̃)")
+        Vt = V.swapaxes(-1, -2)  # (Ũ Λ̃)ᵀ = Ṽᵀ W̃ᵀ: its first L rows are kept, the others dropped
+        new_low_rank = low_rank_out
+        if low_rank_out is None and not single:
+            new_low_rank = ops.empty(batch + (L, P), like=Hw)
         new_diagonal = diagonal
-    ops.check_finite([mean, new_diagonal], ok, "LoFi update system")
-    return mean, new_diagonal, new_low_rank, factor
+        if diagonal_variant:
+            new_diagonal = diag_out if diag_out is not None else ops.empty(diagonal.shape, like=diagonal)
+            mass = temp("lofi.mass", batch + (c,), Hw) if m > 1 else None
+    if coef is not None or truncate:  # second pass: μ = μ⁻ + (Υ⁻¹ W̃) c, Wᵀ = Ṽ[:, :L]ᵀ W̃ᵀ, eq. 39
+        step = temp("lofi.step", batch + (c, 1), Hw) if coef is not None else None
+        for s, e in spans:
+            full = e - s == c
+            if factors_t is not None:  # the block (or W̃ᵀ whole) already holds these columns
+                Fc, blk = cut(factors_t, s, e), block if full else block[..., :e - s]
+            else:
+                Fc, blk = fill(s, e, scale=coef is not None)
+            if coef is not None:
+                io.add(cut(mean, s, e), io.matmul(blk[..., :k, :].swapaxes(-1, -2), coef,
+                                                   step if full else step[..., :e - s, :])[..., 0],
+                       cut(new_mean, s, e))
+            if not truncate:
+                continue
+            if single and low_rank_out is None:  # one block, no workspace: Wᵀ the rows of a new array
+                rotated = Vt @ Fc
+                new_low_rank = rotated[..., :L, :]
+            else:
+                rotated = io.matmul(Vt, Fc, blk[..., :k, :])  # (Ũ Λ̃)ᵀ, into the block's first rows
+                new_low_rank[..., :, s:e] = rotated[..., :L, :]
+            if diagonal_variant:  # Υ = Υ⁻ + rowsum(dropped²) (eq. 39)
+                if m == 1:
+                    d0 = rotated[..., L, :]
+                    io.add(cut(diagonal, s, e), io.multiply(d0, d0, d0), cut(new_diagonal, s, e))
+                else:
+                    D = rotated[..., L:, :]
+                    io.add(cut(diagonal, s, e), io.sum_rows(io.multiply(D, D, D), mass if full else mass[..., :e - s]),
+                           cut(new_diagonal, s, e))
+    if not truncate:
+        ops.check_finite([new_mean], ok, "LoFi update system")
+        return new_mean, None, None, factor
+    ops.check_finite([new_mean, new_diagonal], ok, "LoFi update system")
+    return new_mean, new_diagonal, new_low_rank, factor
 
 
-def lowrank_quadratic_form(ops, J, diagonal, low_rank):
+def lowrank_quadratic_form(ops, J, diagonal, low_rank, scratch=None):
     """``J Σ Jᵀ`` (``(..., n, C, C)``) for ``Σ = (Υ + W Wᵀ)⁻¹``, ``J (..., n, C, P)``,
     ``low_rank = Wᵀ (..., L, P)``, by Woodbury (B.1, eq. 61): ``J Υ⁻¹ Jᵀ − A M⁻¹ Aᵀ`` with
     ``A = J Υ⁻¹ W``, ``M = I + Wᵀ Υ⁻¹ W`` (Cholesky). Returns ``(quad, ok)`` (``ok`` None when
@@ -208,16 +328,37 @@ def lowrank_quadratic_form(ops, J, diagonal, low_rank):
     ``Z = Q_bot y``. Never negative, and accurate to the rounding of ``J`` and ``W`` rather than
     of ``J Υ⁻¹ Jᵀ``."""
     *batch, n, C, P = J.shape
-    inv_diag = 1.0 / diagonal
-    JU = J * inv_diag[..., None, None, :]  # J Υ⁻¹
     L = low_rank.shape[-2]
+    io = _in_place_ops(ops, J, diagonal, low_rank)
+    if io is _Fresh:
+        scratch = None
+    temp = scratch if scratch is not None else (lambda name, shape, like: ops.empty(shape, like=like))
+    per_param = diagonal.shape[-1] == P  # Υ (..., P); spherical η (..., 1)
+    inv_all = None if per_param else 1.0 / diagonal
+    c = P if io is _Fresh else chunk_width(n * C + L, P, J)
+    JU_block = temp("quad.JU", (*batch, n, C, c), J)
+    WU_block = temp("quad.WU", (*low_rank.shape[:-2], L, c), J) if L else None
+    inv = temp("quad.inv", (*diagonal.shape[:-1], c), J) if per_param else None
+    quad = M = A = None  # sums over blocks of columns
+    for s in range(0, P, c):
+        e = min(P, s + c)
+        w = e - s
+        ic = io.reciprocal(diagonal[..., s:e], inv[..., :w]) if per_param else inv_all
+        Jc = J[..., s:e]
+        JUc = io.multiply(Jc, ic[..., None, None, :], JU_block[..., :w])  # J Υ⁻¹
+        part = JUc @ Jc.swapaxes(-1, -2)
+        quad = part if quad is None else quad + part
+        if L:
+            Wc = low_rank[..., s:e]
+            part = Wc @ io.multiply(Wc, ic[..., None, :], WU_block[..., :w]).swapaxes(-1, -2)
+            M = part if M is None else M + part
+            part = JUc.reshape(*batch, n * C, w) @ Wc.swapaxes(-1, -2)  # (J Υ⁻¹ W), (nC, L)
+            A = part if A is None else A + part
     if L == 0:
-        return JU @ J.swapaxes(-1, -2), None
-    scaled_t = low_rank * inv_diag[..., None, :]
-    M = low_rank @ scaled_t.swapaxes(-1, -2) + ops.eye(L, like=low_rank)
-    A = JU.reshape(*batch, n * C, P) @ low_rank.swapaxes(-1, -2)  # (J Υ⁻¹ W), (nC, L)
+        return quad, None
+    M = M + ops.eye(L, like=low_rank)  # I + Wᵀ Υ⁻¹ W
     if _is_stiff(ops, M, L):
-        root = _torch(inv_diag).sqrt()
+        root = _torch(1.0 / diagonal).sqrt()
         Jr = (_torch(J) * root[..., None, None, :]).reshape(*batch, n * C, P)  # J Υ^(-1/2)
         _, Q = identity_plus_gram_factor(_torch(low_rank) * root[..., None, :], with_q=True)
         y = Jr @ Q[..., :P, :]  # (Q_topᵀ Jrᵀ)ᵀ, (nC, L)
@@ -225,7 +366,6 @@ def lowrank_quadratic_form(ops, J, diagonal, low_rank):
         Z = (y @ Q[..., P:, :].swapaxes(-1, -2)).reshape(*batch, n, C, L)  # (M⁻¹Aᵀ)ᵀ = (Q_bot y)ᵀ
         quad = resid @ resid.swapaxes(-1, -2) + Z @ Z.swapaxes(-1, -2)
         return _backend(ops, quad), (0 if ops is NUMPY_OPS else torch.zeros((), dtype=torch.int32))
-    quad = JU @ J.swapaxes(-1, -2)
     X, ok, _ = ops.spd_solve(M, A.swapaxes(-1, -2), "LoFi low-rank system")  # M⁻¹ Aᵀ, (L, nC)
     correction = A.reshape(*batch, n, C, L) @ X.swapaxes(-1, -2).reshape(*batch, n, C, L).swapaxes(-1, -2)
     return quad - correction, ok
@@ -251,6 +391,15 @@ def capacitance_factor(inv_diagonal, low_rank):
     if _is_stiff(TORCH_OPS, M, M.shape[-1]):  # the square-root form (see lofi_update)
         return UWT, identity_plus_gram_factor(low_rank * inv_diagonal.sqrt()[..., None, :])
     return UWT, cholesky_or_raise(M, "LoFi low-rank system")
+
+
+_NO_OUTPUTS = (None, None, None)
+
+
+def _result(ops, array, given):
+    """The tensor of a result: ``given`` (a workspace tensor the result was written into) or the
+    backend array as a tensor."""
+    return given if given is not None else as_tensor(ops, array)[0]
 
 
 def _lower(F):
@@ -415,18 +564,27 @@ class LowRankPrecision(Structure):
         """:func:`lofi_update` on the backend of :meth:`_ops` (NumPy views of CPU tensors for a single
         belief unless ``cpu_backend='torch'``; torch for stacks of hypotheses and on GPUs);
         ``svd='orth'`` then replaces the truncation by Alg. 8. ``Hw``, ``ew`` may be NumPy arrays
-        when :meth:`uses_host_arrays`. The returned belief always holds torch tensors."""
+        when :meth:`uses_host_arrays`. The returned belief always holds torch tensors.
+
+        ``workspace`` (a dead belief, :meth:`Structure.update`): the new mean, ``Υ`` and ``Wᵀ`` are
+        written into its arrays where they fit (:func:`~skfilter.posteriors._base.reusable_array`);
+        the temporaries of the update are reused across steps (:class:`~skfilter._array_ops.Scratch`),
+        so a step of a stream allocates nothing of size ``P``."""
         mean, ups, WT, eta_pp, m0, n_steps = belief
         ops = self._ops(belief)
         if ops is TORCH_OPS and isinstance(Hw, np.ndarray):
             Hw, ew = torch.from_numpy(Hw), torch.from_numpy(ew)
         full_svd = self.svd == "full"
+        outs = self._outputs(workspace, belief, Hw, ew, full_svd)
+        out = None if outs is _NO_OUTPUTS else tuple(None if t is None else as_numpy(ops, t)[0] for t in outs)
         with ops.quiet():
             new_mean, new_ups, new_WT, factor = lofi_update(
-                ops, *as_numpy(ops, mean, ups, WT, Hw, ew), variant=self.variant, truncate=full_svd)
-        new_mean, = as_tensor(ops, new_mean)
+                ops, *as_numpy(ops, mean, ups, WT, Hw, ew), variant=self.variant, truncate=full_svd, out=out,
+                scratch=self._scratch(ops))
+        new_mean = _result(ops, new_mean, outs[0])
         if full_svd:
-            new_ups, new_WT = as_tensor(ops, new_ups, new_WT)
+            new_WT = _result(ops, new_WT, outs[2])
+            new_ups = ups if self.variant != "diagonal" else _result(ops, new_ups, outs[1])
         else:
             new_ups = ups
             Hw_t = torch.from_numpy(Hw) if isinstance(Hw, np.ndarray) else Hw
@@ -439,6 +597,30 @@ class LowRankPrecision(Structure):
         L = WT.shape[-2]
         info = UpdateInfo(lambda: (_lower(factor)[..., L:, L:], torch.as_tensor(ew)))
         return LowRankBelief(new_mean, new_ups, new_WT, eta_pp, m0, n_steps + 1), info
+
+    def _outputs(self, workspace, belief, Hw, ew, full_svd):
+        """The arrays of the dead ``workspace`` belief that the update's mean, ``Υ`` and ``Wᵀ`` may
+        be written into (``None`` each where there is none)."""
+        if not isinstance(workspace, LowRankBelief) or workspace is belief:
+            return _NO_OUTPUTS
+        mean = belief.mean
+        if mean.numel() * (belief.low_rank.shape[-2] + 2) * mean.element_size() < REUSE_MIN_BYTES:
+            return _NO_OUTPUTS  # small arrays: the allocator recycles them for less than the checks
+        guard = Disjoint(belief[:5])
+        for a in (Hw, ew):  # arrays owning their memory are no views of the workspace's
+            if not isinstance(a, np.ndarray) or a.base is not None:
+                guard.add(a)
+        wanted = (True, full_svd and self.variant == "diagonal", full_svd and belief.low_rank.shape[-2] > 0)
+        outs = [None, None, None]
+        for i in range(3):
+            if wanted[i]:
+                outs[i] = reusable_array(workspace[i], belief[i], guard)
+                guard.add(outs[i])
+        return tuple(outs)
+
+    def _scratch(self, ops):
+        """``scratch(name, shape, like)`` of :func:`lofi_update`: this structure's reused temporaries."""
+        return SCRATCH.getter(ops, self)
 
     def _orth_update(self, W, G, step):
         """Alg. 8: orthogonal-projection incremental SVD of ``[W, G]`` (spherical, ``W = U diag(λ)``).
@@ -474,7 +656,7 @@ class LowRankPrecision(Structure):
                             and not J.requires_grad) else TORCH_OPS
         J_, ups_, WT_ = as_numpy(ops, J, belief.diagonal, belief.low_rank)
         with ops.quiet():
-            quad, ok = lowrank_quadratic_form(ops, J_, ups_, WT_)
+            quad, ok = lowrank_quadratic_form(ops, J_, ups_, WT_, scratch=self._scratch(ops))
         if ok is not None and int(ok) != 0:
             raise FilterStepError("The LoFi low-rank system is not positive definite (the belief is degenerate).")
         return as_tensor(ops, quad)[0]
