@@ -14,6 +14,7 @@ import operator
 
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone
 from sklearn.utils import get_tags
+
 from ._utils import check_fitted, is_frozen, memo_for
 from ._validation import _same_value
 

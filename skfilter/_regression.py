@@ -241,8 +241,11 @@ class FilterRegressorMixin(RegressorMixin):
                 self._check_finite_prediction(mean)
             return mean
         var = v.numpy()
-        if include_noise:
-            var = var + self._likelihood.aleatoric_variance(f, state.noise).numpy()
+        if include_noise:  # Gaussian.aleatoric_variance is r, broadcast over the rows
+            if type(self._likelihood) is Gaussian:
+                var = var + state.noise["r"].numpy()
+            else:
+                var = var + self._likelihood.aleatoric_variance(f, state.noise).numpy()
         else:
             var = var + 0.0
         # torch's square root, as the torch path (on the CPU it is not always correctly rounded)
