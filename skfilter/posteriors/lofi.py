@@ -283,11 +283,15 @@ def lofi_update(ops, mean, diagonal, low_rank, Hw, ew, variant="diagonal", trunc
             if factors_t is not None:  # the block (or W̃ᵀ whole) already holds these columns
                 Fc, blk = cut(factors_t, s, e), block if full else block[..., :e - s]
             else:
-                Fc, blk = fill(s, e, scale=coef is not None)
-            if coef is not None:
-                io.add(cut(mean, s, e), io.matmul(blk[..., :k, :].swapaxes(-1, -2), coef,
-                                                   step if full else step[..., :e - s, :])[..., 0],
-                       cut(new_mean, s, e))
+                Fc, blk = fill(s, e, scale=False)
+            if coef is not None:  # (Υ⁻¹ W̃) c: from the block's Υ⁻¹ W̃ᵀ, or as Υ⁻¹ (W̃ c) after a refill
+                sc = step if full else step[..., :e - s, :]
+                if factors_t is not None:
+                    io.matmul(blk[..., :k, :].swapaxes(-1, -2), coef, sc)
+                else:
+                    ic = io.reciprocal(cut(diagonal, s, e), inv if full else inv[..., :e - s]) if per_param else inv_all
+                    io.multiply(io.matmul(Fc.swapaxes(-1, -2), coef, sc), ic[..., :, None], sc)
+                io.add(cut(mean, s, e), sc[..., 0], cut(new_mean, s, e))
             if not truncate:
                 continue
             if single and low_rank_out is None:  # one block, no workspace: Wᵀ the rows of a new array
@@ -519,12 +523,43 @@ class LowRankPrecision(Structure):
         ups_pred = 1.0 / (g * g / ups + Q)
         if WT.shape[-2] == 0 or g == 0.0:
             return ups_pred, WT * 0.0
-        DWT = WT * (ups_pred / ups)[..., None, :]
-        Mc = (WT * Q[..., None, :] if isinstance(Q, torch.Tensor) else WT * Q) @ DWT.mT
+        ratio = ups_pred / ups
+        if _in_place_ops(TORCH_OPS, WT, ratio, Q) is _Fresh:  # under autograd: whole arrays, no out=
+            DWT = WT * ratio[..., None, :]
+            Mc = (WT * Q[..., None, :] if isinstance(Q, torch.Tensor) else WT * Q) @ DWT.mT
+            Mc.diagonal(dim1=-2, dim2=-1).add_(1.0)
+            return ups_pred, g * torch.linalg.solve_triangular(cholesky_or_raise(Mc, "LoFi predict system"), DWT,
+                                                              upper=False)
+        # D Wᵀ and Q Wᵀ over blocks of columns through reused temporaries (as lofi_update): the only
+        # P-sized array allocated is the result
+        P = WT.shape[-1]
+        c = chunk_width(2 * WT.shape[-2], P, WT)
+        single = c >= P
+        spans = [(0, P)] if single else [(s, min(P, s + c)) for s in range(0, P, c)]
+        cut = _whole if single else _columns
+        temp = SCRATCH.getter(TORCH_OPS, self)
+        D_block = temp("predict.DWT", WT.shape[:-1] + (c,), WT)
+        Q_block = temp("predict.QWT", WT.shape[:-1] + (c,), WT)
+
+        def scaled(s, e):  # the columns s:e of D Wᵀ, D = Υ⁻ Υ⁻¹
+            return torch.mul(cut(WT, s, e), cut(ratio, s, e)[..., None, :],
+                             out=D_block if e - s == c else D_block[..., :e - s])
+
+        Mc = None
+        for s, e in spans:
+            DWT = scaled(s, e)
+            q = cut(Q, s, e)[..., None, :] if isinstance(Q, torch.Tensor) else Q
+            part = torch.mul(cut(WT, s, e), q, out=Q_block if e - s == c else Q_block[..., :e - s]) @ DWT.mT
+            Mc = part if Mc is None else Mc + part
         Mc.diagonal(dim1=-2, dim2=-1).add_(1.0)  # C⁻¹ = I + Wᵀ Υ⁻¹ Υ⁻ Q W
         Lc = cholesky_or_raise(Mc, "LoFi predict system")
         # W⁻ = g D W chol(C); with C⁻¹ = L Lᵀ, chol(C) may be taken as L⁻ᵀ (only W Wᵀ matters)
-        return ups_pred, g * torch.linalg.solve_triangular(Lc, DWT, upper=False)
+        if single:
+            return ups_pred, torch.linalg.solve_triangular(Lc, DWT, upper=False).mul_(g)
+        WT_pred = torch.empty_like(WT)
+        for s, e in spans:  # the triangular solve acts on each column alone
+            WT_pred[..., s:e] = torch.linalg.solve_triangular(Lc, scaled(s, e), upper=False)
+        return ups_pred, WT_pred.mul_(g)
 
     def _dlr_solve(self, ups, WT, v):
         """``(Υ + W Wᵀ)⁻¹ v`` by Woodbury (``WT = Wᵀ``, ``(..., L, P)``)."""
