@@ -614,6 +614,9 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
                 return self._summarize(self._adapter.forward_batch(thetas, X), None, noise_state, "mc")
             return self._summarize(f, quad.diagonal(dim1=-2, dim2=-1), noise_state, self.predictive)
 
+        # only the Monte-Carlo predictive samples the predicted belief; the others need f and J Σ⁻ Jᵀ,
+        # which the compiled kernels (skfilter.kernels) compute for every row of a call
+        record.needs_belief = self.predictive == "mc"
         return record
 
     def _predictive_summary(self, Xt, rows=None):

@@ -296,3 +296,49 @@ def test_warm_up_command_compiles_every_kernel():
     from skfilter.kernels.__main__ import warm_up
 
     assert warm_up(verbose=False) >= 0.0
+
+
+@pytest.mark.parametrize("make", [
+    lambda: LoFiRegressor(hidden_layer_sizes=(6,), rank=3, random_state=0),
+    lambda: LoFiRegressor(hidden_layer_sizes=(6,), rank=3, obs_variance=0.05, prior_variance=0.5, batch_size=2,
+                          random_state=0),
+    lambda: EKFRegressor(hidden_layer_sizes=(6,), covariance="full", random_state=0),
+    lambda: EKFRegressor(hidden_layer_sizes=(6,), covariance="fd", decay=0.99, process_noise=1e-4, random_state=0),
+    lambda: EKFRegressor(hidden_layer_sizes=(6,), covariance="vd", random_state=0),
+    lambda: LoFiClassifier(hidden_layer_sizes=(6,), rank=3, random_state=0),
+    lambda: EKFClassifier(hidden_layer_sizes=(6,), covariance="full", random_state=0),
+], ids=["lofi-auto", "lofi-fixed-b2", "full", "fd-dynamics", "vd", "lofi-clf", "full-clf"])
+def test_prequential_predictions_equal_torch_engine(make):
+    """The one-step-ahead predictive recorded inside the kernels (f and J Σ⁻ Jᵀ before each update,
+    the noise before each step) is the torch engine's."""
+    from skfilter.model_selection import prequential_predict
+
+    classifier = isinstance(make(), (LoFiClassifier, EKFClassifier))
+    X, y = _classification() if classifier else _regression()
+    kw = {"method": "predict_proba"} if classifier else {"return_std": True}
+    used = AssertionError("torch engine used")
+    with compiled_kernels(True), mock.patch.object(LowRankPrecision, "update", side_effect=used), \
+            mock.patch.object(DiagonalCovariance, "update", side_effect=used), \
+            mock.patch.object(FullCovariance, "update", side_effect=used):
+        est = make()
+        out = prequential_predict(est, X, y, **kw)
+    with compiled_kernels(False):
+        ref = make()
+        out_ref = prequential_predict(ref, X, y, **kw)
+    for a, b in zip(out if isinstance(out, tuple) else (out,), out_ref if isinstance(out_ref, tuple) else (out_ref,)):
+        assert a.shape == b.shape
+        _assert_close(a, b, 1e-12)
+    _assert_same_state(est, ref)
+
+
+def test_monte_carlo_predictive_stays_on_the_torch_engine():
+    from skfilter.model_selection import prequential_predict
+
+    X, y = _regression(30)
+    make = lambda: LoFiRegressor(hidden_layer_sizes=(5,), rank=2, predictive="mc", n_mc_samples=20,  # noqa: E731
+                                 random_state=0)
+    mean, std = prequential_predict(make(), X, y, return_std=True)
+    with compiled_kernels(False):
+        mean_ref, std_ref = prequential_predict(make(), X, y, return_std=True)
+    np.testing.assert_array_equal(mean, mean_ref)
+    np.testing.assert_array_equal(std, std_ref)
