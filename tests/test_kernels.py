@@ -342,3 +342,37 @@ def test_monte_carlo_predictive_stays_on_the_torch_engine():
         mean_ref, std_ref = prequential_predict(make(), X, y, return_std=True)
     np.testing.assert_array_equal(mean, mean_ref)
     np.testing.assert_array_equal(std, std_ref)
+
+
+def test_full_ekf_golden_stream_through_the_kernel():
+    """The independent implementation's full-EKF stream (../shared/reference/fcekf_concrete.npz)
+    through EKFRegressor on the compiled kernel (LoFi's is in tests/test_lofi.py, on both paths)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from _beliefs import golden_net, load_reference
+
+    from skfilter.model_selection import prequential_predict
+
+    d = load_reference("fcekf_concrete.npz")
+    R, q = float(d["R"]), float(d["q"])
+    outs = []
+    for on in (True, False):
+        with compiled_kernels(on):
+            reg = EKFRegressor(module=golden_net(d), covariance="full", prior_variance=float(d["prior_var"]),
+                               obs_variance=R, process_noise=q)
+            outs.append((prequential_predict(reg, d["X"], d["y"], return_std=True), reg))
+
+    def close(actual, expected):
+        expected = np.asarray(expected)
+        np.testing.assert_allclose(actual, expected, rtol=1e-8, atol=1e-10 * np.abs(expected).max())
+
+    for (mean, std), reg in outs:
+        close(mean, d["yhat"])
+        close(std ** 2, d["yvar"])
+        close(reg.posterior_.mean.numpy(), d["mu_final"])
+        mean_test, std_test = reg.predict(d["X_test"], return_std=True)
+        close(mean_test, d["yhat_test"])
+        close(std_test ** 2, d["yvar_test"])
+    _assert_same_state(outs[0][1], outs[1][1])

@@ -28,11 +28,13 @@ from hypothesis import strategies as st
 
 from skfilter import LoFiClassifier, LoFiRegressor
 from skfilter.exceptions import FilterStepError
+from skfilter.kernels import compiled_kernels
 from skfilter.likelihoods import Categorical, Gaussian
 from skfilter.model_selection import prequential_predict
 from skfilter.models import make_adapter, make_mlp
 from _beliefs import CPU, F64, DiagonalCovariance, FullCovariance, LowRankPrecision  # noqa: F401
 from _beliefs import as_tensor_copy as _t, golden_net as _golden_net, load_reference as _load_reference
+
 from _beliefs import make_filter as _filter, record_output_and_variance as _record, run_recorded as _run_recorded
 
 
@@ -215,7 +217,14 @@ def test_lofi_reproduces_golden_concrete_through_engine(fused):
     assert post.W.shape == (501, rank)
 
 
-def test_lofi_reproduces_golden_concrete_through_estimator():
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled-kernel", "torch-engine"])
+def test_lofi_reproduces_golden_concrete_through_estimator(compiled):
+    """On both paths of the estimator (skfilter.kernels and the torch engine)."""
+    with compiled_kernels(compiled):
+        _check_golden_through_estimator()
+
+
+def _check_golden_through_estimator():
     d = _load_reference("lofi_concrete.npz")
     net = _golden_net(d)
     w_before = [p.detach().clone() for p in net.parameters()]
