@@ -276,7 +276,8 @@ def _usage_fields(usage, n_steps) -> dict:
     cpu = (usage["user_s"] or 0.0) + (usage["system_s"] or 0.0)
     return {
         "faults_per_step": None if usage["minflt"] is None else usage["minflt"] / max(n_steps, 1),
-        "sys_share": usage["system_s"] / cpu if cpu > 0 else None,
+        # (differenced usages, as of the prequential row, can come out slightly negative)
+        "sys_share": min(max(usage["system_s"] / cpu, 0.0), 1.0) if cpu > 0 else None,
         "user_s": usage["user_s"], "system_s": usage["system_s"], "minflt": usage["minflt"],
         "majflt": usage["majflt"], "maxrss_growth_mb": usage["maxrss_growth_mb"],
     }
