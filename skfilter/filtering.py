@@ -116,6 +116,12 @@ def filter_step(parts: EngineParts, state: FilterState, X, Y, sample_weight=None
     (:meth:`~skfilter.posteriors.Structure.update`; :func:`run_filter` passes the belief of two steps
     back when nothing references it).
     """
+    if record is not None and state.belief.mean.dim() == 2 and not getattr(record, "needs_belief", True):
+        from . import kernels  # a stack of hypotheses whose predictive is recorded (run-length filters)
+
+        compiled = kernels.step_compiled(parts, state, X, Y, sample_weight, record)
+        if compiled is not None:
+            return compiled
     structure, likelihood = parts.structure, parts.likelihood
     belief, noise = state.belief, state.noise
     # 1. dynamics

@@ -192,6 +192,8 @@ def runlength_step(parts, state: RunLengthState, prior: FilterState, X, Y, sampl
         captured["f"], captured["quad"], captured["noise"] = f, quad, noise
         return None
 
+    capture.needs_belief = False  # the compiled kernels may run the candidates' step (skfilter.kernels)
+
     new, step = filter_step(parts._replace(dynamics=Dynamics()), candidates, X, Y, sample_weight, capture)
     f, quad = captured["f"], captured["quad"]
     robust = step.weights if weighted_evidence else None

@@ -376,3 +376,41 @@ def test_full_ekf_golden_stream_through_the_kernel():
         close(mean_test, d["yhat_test"])
         close(std_test ** 2, d["yvar_test"])
     _assert_same_state(outs[0][1], outs[1][1])
+
+
+@pytest.mark.parametrize("base", ["lofi", "vd", "full"])
+def test_run_length_hypotheses_on_the_kernel_equal_torch_engine(base):
+    """BOCD's candidates (a stack of K beliefs, one step) run on the compiled kernels; the
+    run-length posterior, beliefs and predictions equal the torch engine's."""
+    from skfilter import BOCDRegressor
+
+    bases = {"lofi": lambda: LoFiRegressor(hidden_layer_sizes=(6,), rank=3, random_state=0),
+             "vd": lambda: EKFRegressor(hidden_layer_sizes=(6,), covariance="vd", random_state=0),
+             "full": lambda: EKFRegressor(hidden_layer_sizes=(6,), random_state=0)}
+    X, y = _regression(60)
+    y[30:] += 3.0  # a changepoint
+    outs = []
+    for on in (True, False):
+        with compiled_kernels(on):
+            est = BOCDRegressor(bases[base](), n_hypotheses=5).fit(X, y)
+            outs.append((est, est.predict(X[:7], return_std=True)))
+    (a, (ma, sa)), (b, (mb, sb)) = outs
+    ra, rb = a.runlength_state_, b.runlength_state_
+    assert ra.run_lengths.tolist() == rb.run_lengths.tolist()
+    _assert_close(ra.filter.log_weights.exp(), rb.filter.log_weights.exp(), 1e-10)
+    _assert_close(ra.filter.belief.mean, rb.filter.belief.mean, 1e-10)
+    _assert_close(ma, mb, 1e-10)
+    _assert_close(sa, sb, 1e-10)
+    assert abs(ra.log_evidence - rb.log_evidence) <= 1e-9 * abs(rb.log_evidence)
+
+
+def test_large_full_covariance_stays_on_the_torch_engine():
+    from skfilter.kernels import _dispatch
+
+    X, y = _regression(5)
+    est = EKFRegressor(hidden_layer_sizes=(60,), random_state=0).fit(X[:2], y[:2])
+    assert est.n_params_ <= _dispatch.FULL_KERNEL_MAX_PARAMS
+    assert _dispatch.plan_for(est._engine_parts(), est.filter_state_, None) is not None
+    big = EKFRegressor(hidden_layer_sizes=(500,), random_state=0).fit(X[:2], y[:2])
+    assert big.n_params_ > _dispatch.FULL_KERNEL_MAX_PARAMS
+    assert _dispatch.plan_for(big._engine_parts(), big.filter_state_, None) is None

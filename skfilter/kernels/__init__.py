@@ -90,4 +90,20 @@ def run_compiled(parts, state, X, Y, sample_weight, batch_size, record, progress
     return plan.run(parts, state, X, Y, sample_weight, batch_size, record, progress)
 
 
-__all__ = ["AVAILABLE", "compiled_kernels", "enabled", "run_compiled"]
+def step_compiled(parts, state, X, Y, sample_weight, record):
+    """One filter step of a stack of beliefs (hypotheses axis, e.g. BOCD's run lengths) on a
+    compiled kernel, when the filter qualifies and the caller records the predictive with a
+    recorder that does not sample the belief (``record.needs_belief`` False).
+
+    Returns ``None`` (the caller runs :func:`skfilter.filtering.filter_step`'s torch stages, which
+    also serve any step a kernel cannot finish), else ``(state, StepOutput)`` with ``info`` and
+    ``weights`` None.
+    """
+    if not enabled():
+        return None
+    from ._dispatch import step_compiled as step
+
+    return step(parts, state, X, Y, sample_weight, record)
+
+
+__all__ = ["AVAILABLE", "compiled_kernels", "enabled", "run_compiled", "step_compiled"]

@@ -17,15 +17,19 @@ from ..likelihoods import Bernoulli, Categorical, Gaussian, robust_variance_cons
 from ..models import MLPAdapter
 from ..posteriors import DiagonalCovariance, FullCovariance, LowRankPrecision
 from ..posteriors._base import stiffness_limit
-from .diagonal import diagonal_rows
-from .full import full_rows
-from .lofi import DONE, lofi_rows
+from .diagonal import diagonal_hypotheses, diagonal_rows
+from .full import full_hypotheses, full_rows
+from .lofi import DONE, lofi_hypotheses, lofi_rows
 from .mlp import mlp_program
 from .observations import LIKELIHOOD_CODES
 
 _DTYPES = (torch.float64, torch.float32)
 #: rows per kernel call (progress bars and interrupts are served between calls)
 CHUNK_ROWS = 2048
+#: the full-covariance kernel serves models up to this many parameters; beyond, the step is two
+#: passes over a P × P matrix that the torch engine's blocked products (posteriors/full.py) do at
+#: ~1.1× the BLAS floor, where the kernel's column loops measured 5× (digits, P = 3,760)
+FULL_KERNEL_MAX_PARAMS = 1500
 
 
 def _dynamics_of(parts):
@@ -43,11 +47,15 @@ def _dynamics_of(parts):
     return float(dyn.decay), float(q)
 
 
-def plan_for(parts, state, record):
-    """The :class:`KernelPlan` of a filter the kernels serve, else None (package docstring)."""
+def plan_for(parts, state, record, hypotheses=False):
+    """The :class:`KernelPlan` of a filter the kernels serve, else None (package docstring). With
+    ``hypotheses``, for one step of a stack of beliefs (leading axis ``K``) whose caller records the
+    predictive (:func:`step_compiled`)."""
     if parts.weighting is not None or state.log_weights is not None:
         return None
     if record is not None and getattr(record, "needs_belief", True):
+        return None
+    if hypotheses and record is None:
         return None
     adapter, structure = parts.adapter, parts.structure
     if type(adapter) is not MLPAdapter or getattr(adapter, "cpu_backend", "numpy") != "numpy":
@@ -57,7 +65,7 @@ def plan_for(parts, state, record):
     if type(parts.likelihood) not in (Gaussian, Bernoulli, Categorical):
         return None
     mean = state.belief.mean
-    if mean.dim() != 1 or not mean.is_cpu or mean.dtype not in _DTYPES:
+    if mean.dim() != (2 if hypotheses else 1) or not mean.is_cpu or mean.dtype not in _DTYPES:
         return None
     dyn = _dynamics_of(parts)
     if dyn is None:
@@ -67,7 +75,7 @@ def plan_for(parts, state, record):
             return LoFiPlan(parts, dyn)
     elif type(structure) is DiagonalCovariance:
         return DiagonalPlan(parts, dyn)
-    elif type(structure) is FullCovariance:
+    elif type(structure) is FullCovariance and mean.shape[-1] <= FULL_KERNEL_MAX_PARAMS:
         return FullPlan(parts, dyn)
     return None
 
@@ -134,18 +142,70 @@ class KernelPlan:
         """Make slot 0 hold the latest belief after a kernel call that ended in ``slot``."""
 
     # -- the driver -----------------------------------------------------------------------------
-    def run(self, parts, state, X, Y, sample_weight, batch_size, record, progress):
-        belief = state.belief
-        dtype = belief.mean.dtype
-        np_dtype = _numpy(belief.mean).dtype
-        C = Y.shape[1]
+    def _inputs(self, X, Y, sample_weight, np_dtype):
+        """``(X, Y, w, has_w)`` as the kernels take them: the rows as the default MLP's first layer
+        sees them (standardised for a ``StandardizedMLP``), contiguous arrays."""
         Xn = np.ascontiguousarray(_numpy(X))
-        if self.input_map is not None:  # as the default MLP's first layer sees the rows (StandardizedMLP)
+        if self.input_map is not None:
             inv, shift = self.input_map
             Xn = Xn * inv + shift
         Yn = np.ascontiguousarray(_numpy(Y))
         has_w = sample_weight is not None
         w = np.ascontiguousarray(_numpy(sample_weight)) if has_w else np.ones(1, dtype=np_dtype)
+        return Xn, Yn, w, has_w
+
+    def step(self, state, X, Y, sample_weight, record):
+        """One step on the rows for every hypothesis of ``state`` (leading axis ``K``), recording the
+        predictive; ``(new_state, StepOutput)`` as :func:`~skfilter.filtering.filter_step` (``info``
+        and ``weights`` None), or None when a hypothesis needs the torch engine (nothing changed)."""
+        from ..filtering import StepOutput
+
+        belief = state.belief
+        dtype = belief.mean.dtype
+        np_dtype = _numpy(belief.mean).dtype
+        K, nb, C = belief.mean.shape[0], X.shape[0], Y.shape[1]
+        Xn, Yn, w, has_w = self._inputs(X, Y, sample_weight, np_dtype)
+        params, adaptive = self._noise_params(C, np_dtype)
+        noises = np.zeros((K, C + 1), dtype=np_dtype)
+        if isinstance(self.likelihood, Gaussian):
+            noises[:, :C] = _numpy(state.noise["r"])
+            noises[:, C] = _numpy(state.noise["weight"])
+        rec = (np.empty((K, nb, C), dtype=np_dtype), np.empty((K, nb, C, C), dtype=np_dtype),
+               np.empty((K, nb, C), dtype=np_dtype))
+        scales = np.empty((K, C), dtype=np_dtype)
+        common = dict(params=params, adaptive=adaptive, limit=stiffness_limit(np_dtype),
+                      tiny=float(np.finfo(np_dtype).tiny), scales=scales, noises=noises, rec=rec)
+        stacks = self.stack(belief, np_dtype)
+        _, status = self.call_hypotheses(Xn, Yn, w, has_w, nb, stacks, common)
+        if status != DONE:
+            return None
+        noise = state.noise
+        if isinstance(self.likelihood, Gaussian) and self.likelihood.adaptive:
+            noise = {"r": torch.from_numpy(noises[:, :C].copy()), "weight": torch.from_numpy(noises[:, C].copy()),
+                     "scale": torch.from_numpy(scales)[..., None]}
+        f, quad = torch.from_numpy(rec[0]), torch.from_numpy(rec[1])
+        out = record(X, f, quad, state.noise, None)
+        return (FilterState(self.unstack(stacks, belief), noise, state.n_seen + nb),
+                StepOutput(None, None, out))
+
+    def stack(self, belief, np_dtype):
+        """Fresh arrays of a stacked belief for :meth:`call_hypotheses` (updated in place)."""
+        raise NotImplementedError
+
+    def call_hypotheses(self, X, Y, w, has_w, batch_size, stacks, common):
+        """Run the structure's hypotheses kernel; returns ``(k, status)``."""
+        raise NotImplementedError
+
+    def unstack(self, stacks, template):
+        """The stacked belief holding the arrays of :meth:`stack` (zero-copy)."""
+        raise NotImplementedError
+
+    def run(self, parts, state, X, Y, sample_weight, batch_size, record, progress):
+        belief = state.belief
+        dtype = belief.mean.dtype
+        np_dtype = _numpy(belief.mean).dtype
+        C = Y.shape[1]
+        Xn, Yn, w, has_w = self._inputs(X, Y, sample_weight, np_dtype)
         params, adaptive = self._noise_params(C, np_dtype)
         n = Xn.shape[0]
         recording = record is not None
@@ -238,6 +298,23 @@ class LoFiPlan(KernelPlan):
         if slot != 0:
             self.means[0], self.diags[0], self.factors[0] = self.means[1], self.diags[1], self.factors[1]
 
+    def stack(self, b, np_dtype):
+        K = b.mean.shape[0]
+        return [np.array(_numpy(x), dtype=np_dtype, order="C", copy=True) for x in
+                (b.mean, b.diagonal, b.low_rank, b.prior_precision.reshape(K, -1), b.prior_mean)]
+
+    def call_hypotheses(self, X, Y, w, has_w, batch_size, stacks, c):
+        shapes, offsets, codes = self.program
+        means, diags, factors, etas, m0s = stacks
+        rf, rq, rn = c["rec"]
+        return lofi_hypotheses(X, Y, w, has_w, batch_size, shapes, offsets, codes, means, diags, factors, self.code,
+                               c["noises"], c["params"], c["adaptive"], self.max_abs, self.g, self.q, etas, m0s,
+                               rf, rq, rn, c["limit"], c["tiny"], c["scales"])
+
+    def unstack(self, stacks, b):
+        means, diags, factors, etas, m0s = (torch.from_numpy(x) for x in stacks)
+        return type(b)(means, diags, factors, etas.reshape(b.prior_precision.shape), m0s, b.n_steps + 1)
+
     def belief(self, slot, template, n_steps):
         return type(template)(torch.from_numpy(self.means[slot].copy()), torch.from_numpy(self.diags[slot].copy()),
                               torch.from_numpy(self.factors[slot].copy()),
@@ -271,6 +348,21 @@ class DiagonalPlan(KernelPlan):
     def belief(self, slot, template, n_steps):
         return type(template)(torch.from_numpy(self.means[slot].copy()), torch.from_numpy(self.variances[slot].copy()))
 
+    def stack(self, b, np_dtype):
+        return [np.array(_numpy(x), dtype=np_dtype, order="C", copy=True) for x in (b.mean, b.var)]
+
+    def call_hypotheses(self, X, Y, w, has_w, batch_size, stacks, c):
+        shapes, offsets, codes = self.program
+        structure = self.parts.structure
+        rf, rq, rn = c["rec"]
+        return diagonal_hypotheses(X, Y, w, has_w, batch_size, shapes, offsets, codes, stacks[0], stacks[1],
+                                   structure.projection == "fd", structure.vd_mean == "exact", self.code, c["noises"],
+                                   c["params"], c["adaptive"], self.max_abs, self.g, self.q, rf, rq, rn, c["limit"],
+                                   c["tiny"], c["scales"])
+
+    def unstack(self, stacks, b):
+        return type(b)(torch.from_numpy(stacks[0]), torch.from_numpy(stacks[1]))
+
 
 class FullPlan(KernelPlan):
     """The full-covariance EKF: :func:`~skfilter.kernels.full.full_rows`, ``Σ`` updated in place in
@@ -295,3 +387,22 @@ class FullPlan(KernelPlan):
     def belief(self, slot, template, n_steps):
         self.handed_out = True  # zero-copy: the next kernel call (if any) copies first
         return type(template)(torch.from_numpy(self.mean.copy()), torch.from_numpy(self.cov))
+
+    def stack(self, b, np_dtype):
+        return [np.array(_numpy(x), dtype=np_dtype, order="C", copy=True) for x in (b.mean, b.cov)]
+
+    def call_hypotheses(self, X, Y, w, has_w, batch_size, stacks, c):
+        shapes, offsets, codes = self.program
+        rf, rq, rn = c["rec"]
+        return full_hypotheses(X, Y, w, has_w, batch_size, shapes, offsets, codes, stacks[0], stacks[1], self.code,
+                               c["noises"], c["params"], c["adaptive"], self.max_abs, self.g, self.q, rf, rq, rn,
+                               c["limit"], c["tiny"], c["scales"])
+
+    def unstack(self, stacks, b):
+        return type(b)(torch.from_numpy(stacks[0]), torch.from_numpy(stacks[1]))
+
+
+def step_compiled(parts, state, X, Y, sample_weight, record):
+    """One step of a stack of beliefs on a compiled kernel (:meth:`KernelPlan.step`), or None."""
+    plan = plan_for(parts, state, record, hypotheses=True)
+    return None if plan is None else plan.step(state, X, Y, sample_weight, record)

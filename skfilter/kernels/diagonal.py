@@ -156,3 +156,25 @@ def diagonal_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, means, va
         cur = nxt
         row += nb
     return row, DONE, cur
+
+
+@njit(cache=True, nogil=True)
+def diagonal_hypotheses(X, Y, w, has_weights, batch, shapes, offsets, codes, means, variances, fd, exact_mean,
+                        likelihood, noises, noise_params, adaptive, max_abs, g, q, rec_f, rec_quad, rec_noise, limit,
+                        tiny, scales):
+    """One step for each of ``K`` diagonal beliefs (stacks ``means``, ``variances (K, P)``), in place;
+    as :func:`skfilter.kernels.lofi.lofi_hypotheses`."""
+    K, P = means.shape
+    slot_means = np.empty((2, P), dtype=means.dtype)
+    slot_vars = np.empty((2, P), dtype=means.dtype)
+    for k in range(K):
+        slot_means[0] = means[k]
+        slot_vars[0] = variances[k]
+        done, status, cur = diagonal_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, slot_means, slot_vars,
+                                          0, fd, exact_mean, likelihood, noises[k], noise_params, adaptive, max_abs,
+                                          g, q, True, rec_f[k], rec_quad[k], rec_noise[k], limit, tiny, scales[k])
+        if status != DONE:
+            return k, status
+        means[k] = slot_means[cur]
+        variances[k] = slot_vars[cur]
+    return K, DONE

@@ -149,3 +149,18 @@ def full_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, mean, cov, li
             scale_out[c] = scale[c]
         row += nb
     return row, DONE, 0
+
+
+@njit(cache=True, nogil=True)
+def full_hypotheses(X, Y, w, has_weights, batch, shapes, offsets, codes, means, covs, likelihood, noises,
+                    noise_params, adaptive, max_abs, g, q, rec_f, rec_quad, rec_noise, limit, tiny, scales):
+    """One step for each of ``K`` full-covariance beliefs (stacks ``means (K, P)``, ``covs (K, P, P)``),
+    in place; as :func:`skfilter.kernels.lofi.lofi_hypotheses`."""
+    K = means.shape[0]
+    for k in range(K):
+        done, status, _ = full_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, means[k], covs[k],
+                                    likelihood, noises[k], noise_params, adaptive, max_abs, g, q, True, rec_f[k],
+                                    rec_quad[k], rec_noise[k], limit, tiny, scales[k])
+        if status != DONE:
+            return k, status
+    return K, DONE

@@ -253,3 +253,34 @@ def lofi_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, means, diags,
         cur = nxt
         row += nb
     return row, DONE, cur
+
+
+@njit(cache=True, nogil=True)
+def lofi_hypotheses(X, Y, w, has_weights, batch, shapes, offsets, codes, means, diags, factors, likelihood,
+                    noises, noise_params, adaptive, max_abs, g, q, etas, m0s, rec_f, rec_quad, rec_noise, limit,
+                    tiny, scales):
+    """One step on the rows ``X`` for each of ``K`` beliefs (a hypotheses axis, e.g. BOCD's run
+    lengths): :func:`lofi_rows` per hypothesis, in place on the stacks ``means (K, P)``,
+    ``diags (K, P)``, ``factors (K, L, P)``, ``noises (K, C+1)``, ``etas (K, ·)``, ``m0s (K, P)``, with
+    the predictive of each recorded into ``rec_f[k]``, ``rec_quad[k]``, ``rec_noise[k]``. Returns
+    ``(k, status)``: :data:`DONE` with ``k = K``, or :data:`REDO_STEP` at the first hypothesis the
+    kernel cannot finish (the stacks are then partly updated: the caller discards them)."""
+    K, P = means.shape
+    L = factors.shape[1]
+    slot_means = np.empty((2, P), dtype=means.dtype)
+    slot_diags = np.empty((2, P), dtype=means.dtype)
+    slot_factors = np.empty((2, L, P), dtype=means.dtype)
+    for k in range(K):
+        slot_means[0] = means[k]
+        slot_diags[0] = diags[k]
+        slot_factors[0] = factors[k]
+        done, status, cur = lofi_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, slot_means, slot_diags,
+                                      slot_factors, 0, likelihood, noises[k], noise_params, adaptive, max_abs, g, q,
+                                      etas[k], m0s[k], True, rec_f[k], rec_quad[k], rec_noise[k], limit, tiny,
+                                      scales[k])
+        if status != DONE:
+            return k, status
+        means[k] = slot_means[cur]
+        diags[k] = slot_diags[cur]
+        factors[k] = slot_factors[cur]
+    return K, DONE
