@@ -314,6 +314,13 @@ def test_results_never_share_memory_with_temporaries():
     assert len(state) < 2000  # nothing of the temporaries is pickled
     clone = pickle.loads(state)
     assert not SCRATCH._table(clone)
+    # one array per name, the same at every call; a new shape replaces it; clear() drops them all
+    a = SCRATCH.get(NUMPY_OPS, clone, "t", (3, 4), np.zeros(1))
+    assert SCRATCH.get(NUMPY_OPS, clone, "t", (3, 4), np.zeros(1)) is a
+    assert SCRATCH.get(NUMPY_OPS, clone, "t", (2, 4), np.zeros(1)).shape == (2, 4)
+    assert SCRATCH.get(NUMPY_OPS, clone, "t", (2, 4), np.zeros(1, dtype=np.float32)).dtype == np.float32
+    SCRATCH.clear(clone)
+    assert not SCRATCH._table(clone)
 
 
 def test_a_warm_step_allocates_nothing_of_size_p():
