@@ -107,6 +107,23 @@ def test_relate_fills_ratios_and_verdicts():
     assert shown[1]["target"] == "≤ 70" and shown[2]["meets_ratio"] == "no"
 
 
+def test_interleave_runs_round_robin_and_drops_a_failing_call():
+    from skfilter.exceptions import FilterStepError
+
+    calls = []
+
+    def failing():
+        calls.append("f")
+        if calls.count("f") > 2:
+            raise FilterStepError("diverged")
+
+    out = speed.interleave([lambda: calls.append("a"), lambda: calls.append("b"), failing], repeats=3, warmup=1)
+    assert calls == ["a", "b", "f", "a", "b", "f", "a", "b", "f", "a", "b"]
+    assert isinstance(out[2], FilterStepError)
+    for times, usage in out[:2]:
+        assert len(times) == 3 and set(usage) >= {"user_s", "system_s", "minflt"}
+
+
 def test_with_batch_sizes_keeps_relative_names():
     cfgs = speed.with_batch_sizes([c for c in speed.CONFIGS if c.name == "LoFi r10 q"], [1, 4])
     assert [(c.name, c.relative_to) for c in cfgs] == [("LoFi r10 q", "LoFi r10"), ("LoFi r10 q b4", "LoFi r10 b4")]

@@ -13,7 +13,9 @@ and its load, ratios much less. The targets of issue 18 were set when that refer
     (``obs_variance='adaptive'``) and with process noise (``process_noise=1e-4``), the last two also
     as added µs and % over plain LoFi rank 10 (target ≤ +10 %). Each estimator is fitted on a
     warm-up stream of :data:`WARMUP_ROWS` rows, then timed while ``partial_fit`` learns ``--n-rows``
-    further rows in one call (the median over ``--repeats`` calls, each continuing the belief).
+    further rows in one call (the median over ``--repeats`` calls, each continuing the belief). The
+    reference and the configurations are timed round-robin, one call of each in turn
+    (:func:`interleave`), so that a burst of other work slows them alike.
 ``streaming``
     A river-style loop, ``predict(x_t)`` then ``partial_fit(x_t, y_t)`` with one 1×D row per call,
     for LoFi rank 10: µs/row, and its overhead over the in-loop step, the same rows inside
@@ -73,7 +75,9 @@ from ._common import (
     median,
     positive_int,
     synchronize,
+    resource_usage,
     time_repeats_usage,
+    usage_delta,
     torch_threads,
 )
 
@@ -293,6 +297,120 @@ def _row(section, name, **kw) -> dict:
     return row
 
 
+def interleave(fns, repeats=5, warmup=1, device="cpu") -> list:
+    """Time several calls round-robin: each ``fn`` is called ``warmup`` times untimed, then
+    ``repeats`` rounds call every ``fn`` once in turn, so that a burst of other work on a shared
+    machine slows all of them alike instead of one (which would distort their ratios).
+
+    Parameters
+    ----------
+    fns : list of callable
+    repeats : int, default=5
+    warmup : int, default=1
+    device : str or torch.device, default='cpu'
+        Synchronised around each timed call.
+
+    Returns
+    -------
+    list
+        Per ``fn``, ``(times, usage)``: seconds per timed call and the summed
+        :func:`~skfilter.benchmarks._common.usage_delta` of its timed calls; or the
+        :class:`~skfilter.exceptions.FilterStepError` it raised (it is then not called again).
+    """
+    from ..exceptions import FilterStepError
+
+    out = [None] * len(fns)
+    for k, fn in enumerate(fns):
+        try:
+            for _ in range(warmup):
+                fn()
+        except FilterStepError as exc:
+            out[k] = exc
+    live = [k for k in range(len(fns)) if out[k] is None]
+    times = {k: [] for k in live}
+    usage = {k: None for k in live}
+    for _ in range(repeats):
+        for k in list(live):
+            synchronize(device)
+            before = resource_usage()
+            t0 = time.perf_counter()
+            try:
+                fns[k]()
+            except FilterStepError as exc:
+                out[k] = exc
+                live.remove(k)
+                continue
+            synchronize(device)
+            dt = time.perf_counter() - t0
+            delta = usage_delta(before, resource_usage())
+            times[k].append(dt)
+            usage[k] = delta if usage[k] is None else {
+                key: None if v is None or usage[k][key] is None else usage[k][key] + v for key, v in delta.items()}
+    for k in live:
+        out[k] = (times[k], usage[k])
+    return out
+
+
+class _Prepared:
+    """A configuration ready to time: ``fn`` (the timed call) and ``finish((times, usage) or
+    error) -> row``."""
+
+    def __init__(self, fn, finish):
+        self.fn, self.finish = fn, finish
+
+
+def prepare_config(cfg: SpeedConfig, stream, n_rows=DEFAULT_N_ROWS, device="cpu", dtype="float64", seed=0,
+                   warmup_rows=WARMUP_ROWS, section="concrete", unit="µs/step") -> _Prepared:
+    """Build ``cfg``'s estimator and fit it on the warm-up rows; the timed call learns the next
+    ``n_rows`` rows in one ``partial_fit`` (see :func:`time_config`)."""
+    from ..exceptions import FilterStepError
+
+    est = cfg.make(device, dtype, seed, cfg.batch_size)
+    Xw, yw = _rows(stream, 0, warmup_rows)
+    X, y = _rows(stream, warmup_rows, n_rows)
+    row = _row(section, cfg.name, structure=cfg.structure, batch_size=cfg.batch_size, device=str(device),
+               dtype=str(dtype), target_us=cfg.target_us, n_rows=n_rows, unit=unit)
+    if cfg.relative_to is not None:
+        row.update(ref=cfg.relative_to, target_ratio=cfg.relative_target)
+    else:
+        row.update(ref=REFERENCE, target_ratio=None if cfg.target_us is None else cfg.target_us / ISSUE_MLP_US)
+    try:
+        est.fit(Xw, yw)
+        fn = lambda: est.partial_fit(X, y)  # noqa: E731
+    except FilterStepError as exc:
+        def fn(exc=exc):
+            raise exc
+
+    def finish(result):
+        if isinstance(result, Exception):
+            row.update(error=str(result), us_per_row=float("nan"), us_per_step=float("nan"), value=float("nan"),
+                       n_params=getattr(est, "n_params_", None))
+            return row
+        times, usage = result
+        steps = math.ceil(n_rows / cfg.batch_size)
+        us_step = 1e6 * median(times) / steps
+        scale = 1e-3 if unit == "ms/step" else 1.0
+        row.update(
+            n_params=int(est.n_params_),
+            times=times,
+            us_per_row=1e6 * median(times) / n_rows,
+            us_per_row_min=1e6 * min(times) / n_rows,
+            us_per_step=us_step,
+            value=us_step * scale,
+            target=None if cfg.target_us is None else cfg.target_us * scale,
+            **_usage_fields(usage, steps * len(times)),
+        )
+        return row
+
+    return _Prepared(fn, finish)
+
+
+def run_prepared(prepared, repeats=5, device="cpu") -> list:
+    """Time :class:`_Prepared` configurations round-robin (:func:`interleave`); their rows."""
+    results = interleave([p.fn for p in prepared], repeats=repeats, warmup=1, device=device)
+    return [p.finish(r) for p, r in zip(prepared, results)]
+
+
 def time_config(cfg: SpeedConfig, stream, n_rows=DEFAULT_N_ROWS, repeats=5, device="cpu", dtype="float64", seed=0,
                 warmup_rows=WARMUP_ROWS, section="concrete", unit="µs/step") -> dict:
     """Time one per-step configuration (see the module docstring).
@@ -321,44 +439,41 @@ def time_config(cfg: SpeedConfig, stream, n_rows=DEFAULT_N_ROWS, repeats=5, devi
         ``batch_size`` rows), ``value``/``unit``, ``n_params``, ``times`` (seconds per call),
         ``faults_per_step``, ``sys_share`` and the other resource counts, ``error``.
     """
-    from ..exceptions import FilterStepError
-
-    est = cfg.make(device, dtype, seed, cfg.batch_size)
-    Xw, yw = _rows(stream, 0, warmup_rows)
-    X, y = _rows(stream, warmup_rows, n_rows)
-    row = _row(section, cfg.name, structure=cfg.structure, batch_size=cfg.batch_size, device=str(device),
-               dtype=str(dtype), target_us=cfg.target_us, n_rows=n_rows, unit=unit)
-    if cfg.relative_to is not None:
-        row.update(ref=cfg.relative_to, target_ratio=cfg.relative_target)
-    else:
-        row.update(ref=REFERENCE, target_ratio=None if cfg.target_us is None else cfg.target_us / ISSUE_MLP_US)
-    try:
-        est.fit(Xw, yw)
-        times, usage = time_repeats_usage(lambda: est.partial_fit(X, y), repeats=repeats, warmup=1, device=device)
-    except FilterStepError as exc:
-        row.update(error=str(exc), us_per_row=float("nan"), us_per_step=float("nan"), value=float("nan"),
-                   n_params=getattr(est, "n_params_", None))
-        return row
-    steps = math.ceil(n_rows / cfg.batch_size)
-    us_step = 1e6 * median(times) / steps
-    scale = 1e-3 if unit == "ms/step" else 1.0
-    row.update(
-        n_params=int(est.n_params_),
-        times=times,
-        us_per_row=1e6 * median(times) / n_rows,
-        us_per_row_min=1e6 * min(times) / n_rows,
-        us_per_step=us_step,
-        value=us_step * scale,
-        target=None if cfg.target_us is None else cfg.target_us * scale,
-        **_usage_fields(usage, steps * repeats),
-    )
-    return row
+    prepared = prepare_config(cfg, stream, n_rows, device, dtype, seed, warmup_rows, section, unit)
+    return run_prepared([prepared], repeats, device)[0]
 
 
 def _mlp(classifier, hidden, seed):
     from sklearn.neural_network import MLPClassifier, MLPRegressor
 
     return (MLPClassifier if classifier else MLPRegressor)(hidden_layer_sizes=hidden, random_state=seed)
+
+
+def prepare_mlp_baseline(stream, n_rows=DEFAULT_N_ROWS, seed=0, hidden=(50,), classifier=False,
+                         warmup_rows=WARMUP_ROWS, section="reference") -> _Prepared:
+    """scikit-learn's ``partial_fit`` loop ready to time (see :func:`time_mlp_baseline`)."""
+    est = _mlp(classifier, hidden, seed)
+    name = "MLPClassifier.partial_fit" if classifier else REFERENCE
+    kw = {"classes": np.unique(stream.y)} if classifier else {}
+    Xw, yw = _rows(stream, 0, warmup_rows)
+    X, y = _rows(stream, warmup_rows, n_rows)
+    for t in range(warmup_rows):
+        est.partial_fit(Xw[t:t + 1], yw[t:t + 1], **kw)
+
+    def loop():
+        for t in range(n_rows):
+            est.partial_fit(X[t:t + 1], y[t:t + 1], **kw)
+
+    def finish(result):
+        times, usage = result
+        n_params = sum(c.size for c in est.coefs_) + sum(b.size for b in est.intercepts_)
+        us = 1e6 * median(times) / n_rows
+        return _row(section, name, structure="sklearn (Adam)", ref=None if section == "reference" else REFERENCE,
+                    n_rows=n_rows, n_params=int(n_params), times=times, us_per_row=us,
+                    us_per_row_min=1e6 * min(times) / n_rows, us_per_step=us, value=us, unit="µs/row",
+                    **_usage_fields(usage, n_rows * len(times)))
+
+    return _Prepared(loop, finish)
 
 
 def time_mlp_baseline(stream, n_rows=DEFAULT_N_ROWS, repeats=5, seed=0, hidden=(50,), classifier=False,
@@ -384,25 +499,8 @@ def time_mlp_baseline(stream, n_rows=DEFAULT_N_ROWS, repeats=5, seed=0, hidden=(
     dict
         Same keys as :func:`time_config` (``value`` in µs/row).
     """
-    est = _mlp(classifier, hidden, seed)
-    name = "MLPClassifier.partial_fit" if classifier else REFERENCE
-    kw = {"classes": np.unique(stream.y)} if classifier else {}
-    Xw, yw = _rows(stream, 0, warmup_rows)
-    X, y = _rows(stream, warmup_rows, n_rows)
-    for t in range(warmup_rows):
-        est.partial_fit(Xw[t:t + 1], yw[t:t + 1], **kw)
-
-    def loop():
-        for t in range(n_rows):
-            est.partial_fit(X[t:t + 1], y[t:t + 1], **kw)
-
-    times, usage = time_repeats_usage(loop, repeats=repeats, warmup=1)
-    n_params = sum(c.size for c in est.coefs_) + sum(b.size for b in est.intercepts_)
-    us = 1e6 * median(times) / n_rows
-    return _row(section, name, structure="sklearn (Adam)", ref=None if section == "reference" else REFERENCE,
-                n_rows=n_rows, n_params=int(n_params), times=times,
-                us_per_row=us, us_per_row_min=1e6 * min(times) / n_rows, us_per_step=us, value=us, unit="µs/row",
-                **_usage_fields(usage, n_rows * repeats))
+    prepared = prepare_mlp_baseline(stream, n_rows, seed, hidden, classifier, warmup_rows, section)
+    return run_prepared([prepared], repeats)[0]
 
 
 def time_streaming(stream, n_rows=DEFAULT_N_ROWS, repeats=5, device="cpu", dtype="float64", seed=0,
@@ -456,26 +554,9 @@ def time_streaming(stream, n_rows=DEFAULT_N_ROWS, repeats=5, device="cpu", dtype
             est.predict(x_t)
             est.partial_fit(x_t, y[t:t + 1])
 
-    add(STREAM_ROWS[0], *time_repeats_usage(loop, repeats=repeats, warmup=1, device=device), P)
-    add(STREAM_ROWS[1], *time_repeats_usage(lambda: est.partial_fit(X, y), repeats=repeats, warmup=1,
-                                            device=device), P)
     # the same rows inside prequential_predict, after the same warm-up rows: a fresh estimator learns
     # warm-up + timed rows, less one that learns the warm-up rows only (which removes the model build)
     Xa, ya = _rows(stream, 0, WARMUP_ROWS + n_rows)
-    t_all, u_all = time_repeats_usage(lambda: prequential_predict(cfg.make(device, dtype, seed, 1), Xa, ya),
-                                      repeats=repeats, warmup=1, device=device)
-    t_warm, u_warm = time_repeats_usage(lambda: prequential_predict(cfg.make(device, dtype, seed, 1), Xw, yw),
-                                        repeats=repeats, warmup=1, device=device)
-    us = 1e6 * (median(t_all) - median(t_warm)) / n_rows
-    usage = {k: None if u_all[k] is None or u_warm[k] is None else u_all[k] - u_warm[k] for k in u_all}
-    rows.append(_row("streaming", STREAM_ROWS[2], **common, n_params=P, times=t_all, times_warmup_only=t_warm,
-                     us_per_row=us, us_per_step=us, value=us, **_usage_fields(usage, n_rows * repeats)))
-    loop_us, one_us, preq_us = (r["us_per_row"] for r in rows)
-    for name, base in ((STREAM_ROWS[3], one_us), (STREAM_ROWS[4], preq_us)):
-        rows.append(_row("streaming", name, **common, n_params=P, value=loop_us - base, us_per_step=loop_us - base,
-                         target=STREAM_OVERHEAD_TARGET_US, target_us=STREAM_OVERHEAD_TARGET_US,
-                         target_ratio=STREAM_OVERHEAD_TARGET_US / ISSUE_MLP_US))
-
     mlp = _mlp(False, (50,), seed)
     for t in range(WARMUP_ROWS):
         mlp.partial_fit(Xw[t:t + 1], yw[t:t + 1])
@@ -486,8 +567,26 @@ def time_streaming(stream, n_rows=DEFAULT_N_ROWS, repeats=5, device="cpu", dtype
             mlp.predict(x_t)
             mlp.partial_fit(x_t, y[t:t + 1])
 
-    times, usage = time_repeats_usage(mlp_loop, repeats=repeats, warmup=1)
-    add(STREAM_ROWS[5], times, usage, int(sum(c.size for c in mlp.coefs_) + sum(b.size for b in mlp.intercepts_)))
+    timed = interleave([loop, lambda: est.partial_fit(X, y),
+                        lambda: prequential_predict(cfg.make(device, dtype, seed, 1), Xa, ya),
+                        lambda: prequential_predict(cfg.make(device, dtype, seed, 1), Xw, yw), mlp_loop],
+                       repeats=repeats, warmup=1, device=device)
+    for r in timed:
+        if isinstance(r, Exception):
+            raise r
+    (t_loop, u_loop), (t_one, u_one), (t_all, u_all), (t_warm, u_warm), (t_mlp, u_mlp) = timed
+    add(STREAM_ROWS[0], t_loop, u_loop, P)
+    add(STREAM_ROWS[1], t_one, u_one, P)
+    us = 1e6 * (median(t_all) - median(t_warm)) / n_rows
+    usage = {k: None if u_all[k] is None or u_warm[k] is None else u_all[k] - u_warm[k] for k in u_all}
+    rows.append(_row("streaming", STREAM_ROWS[2], **common, n_params=P, times=t_all, times_warmup_only=t_warm,
+                     us_per_row=us, us_per_step=us, value=us, **_usage_fields(usage, n_rows * repeats)))
+    loop_us, one_us, preq_us = (r["us_per_row"] for r in rows)
+    for name, base in ((STREAM_ROWS[3], one_us), (STREAM_ROWS[4], preq_us)):
+        rows.append(_row("streaming", name, **common, n_params=P, value=loop_us - base, us_per_step=loop_us - base,
+                         target=STREAM_OVERHEAD_TARGET_US, target_us=STREAM_OVERHEAD_TARGET_US,
+                         target_ratio=STREAM_OVERHEAD_TARGET_US / ISSUE_MLP_US))
+    add(STREAM_ROWS[5], t_mlp, u_mlp, int(sum(c.size for c in mlp.coefs_) + sum(b.size for b in mlp.intercepts_)))
     rows[-1].update(structure="sklearn (Adam)", device="cpu", dtype="float64")
     return rows
 
@@ -502,34 +601,54 @@ def load_digits_stream(n_rows=None):
     return X.astype(np.float64), y
 
 
-def _fit_row(section, name, make, X, y, repeats, device="cpu", warmup_rows=20, **kw) -> dict:
-    """Wall seconds of ``make().fit(X, y)`` (median of ``repeats`` fits from scratch, after one
-    untimed fit on ``warmup_rows`` rows that loads code and caches)."""
+def _fit_rows(specs, X, y, repeats, device="cpu", warmup_rows=20) -> list:
+    """Wall seconds of ``make().fit(X, y)`` for each spec ``(section, name, make, row_kw)``: the
+    median of ``repeats`` fits from scratch, the specs' fits interleaved (:func:`interleave`), after
+    one untimed fit of each on ``warmup_rows`` rows (loads code, compiles, fills caches).
+
+    Returns
+    -------
+    list of (dict, estimator)
+        The row and the last fitted estimator of each spec.
+    """
+    fitted = [[] for _ in specs]
+
+    def fitter(k, make):
+        def fit():
+            fitted[k][:] = []  # the previous fit (a P × P covariance for the EKF) freed first
+            fitted[k].append(make().fit(X, y))
+
+        return fit
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # MLPClassifier's ConvergenceWarning
-        make().fit(X[:warmup_rows], y[:warmup_rows])
-        fitted = []
-
-        def fit():
-            fitted.append(make().fit(X, y))
-
-        times, usage = time_repeats_usage(fit, repeats=repeats, warmup=0, device=device)
-    est = fitted[-1]
+        for _, _, make, _ in specs:
+            make().fit(X[:warmup_rows], y[:warmup_rows])
+        timed = interleave([fitter(k, spec[2]) for k, spec in enumerate(specs)], repeats=repeats, warmup=0,
+                           device=device)
+    out = []
     n = len(y)
-    n_params = getattr(est, "n_params_", None)
-    if n_params is None and hasattr(est, "coefs_"):
-        n_params = sum(c.size for c in est.coefs_) + sum(b.size for b in est.intercepts_)
-    row = _row(section, name, device=str(device), n_rows=n, n_params=None if n_params is None else int(n_params),
-               times=times,
-               value=median(times), unit="s", us_per_row=1e6 * median(times) / n, us_per_step=1e6 * median(times) / n,
-               **_usage_fields(usage, n * repeats), **kw)
-    if hasattr(est, "n_iter_"):
-        row["n_iter"] = int(est.n_iter_)
-    return row, est
+    for (section, name, _, kw), result, ests in zip(specs, timed, fitted):
+        if isinstance(result, Exception):
+            raise result
+        times, usage = result
+        est = ests[-1]
+        n_params = getattr(est, "n_params_", None)
+        if n_params is None and hasattr(est, "coefs_"):
+            n_params = sum(c.size for c in est.coefs_) + sum(b.size for b in est.intercepts_)
+        row = _row(section, name, n_rows=n, n_params=None if n_params is None else int(n_params), times=times,
+                   value=median(times), unit="s", us_per_row=1e6 * median(times) / n,
+                   us_per_step=1e6 * median(times) / n, **_usage_fields(usage, n * len(times)))
+        row.update(kw)
+        if hasattr(est, "n_iter_"):
+            row["n_iter"] = int(est.n_iter_)
+        out.append((row, est))
+    return out
 
 
 def time_digits(repeats=3, device="cpu", dtype="float64", seed=0, n_rows=None, hidden=None) -> list:
-    """The ``digits`` section: ``LoFiClassifier().fit`` vs ``MLPClassifier().fit`` (wall seconds).
+    """The ``digits`` section: ``LoFiClassifier().fit`` vs ``MLPClassifier().fit`` (wall seconds,
+    their fits interleaved).
 
     Parameters
     ----------
@@ -548,11 +667,12 @@ def time_digits(repeats=3, device="cpu", dtype="float64", seed=0, n_rows=None, h
 
     X, y = load_digits_stream(n_rows)
     kw = {} if hidden is None else {"hidden_layer_sizes": hidden}
-    mlp, _ = _fit_row("digits", "MLPClassifier.fit", lambda: MLPClassifier(random_state=seed, **kw), X, y, repeats,
-                      structure="sklearn (Adam, 200 epochs max)")
-    lofi, _ = _fit_row("digits", "LoFiClassifier.fit",
-                       lambda: LoFiClassifier(random_state=seed, device=device, dtype=dtype, **kw), X, y, repeats,
-                       device=device, structure="lofi-diagonal L=10", dtype=str(dtype))
+    (lofi, _), (mlp, _) = _fit_rows([
+        ("digits", "LoFiClassifier.fit", lambda: LoFiClassifier(random_state=seed, device=device, dtype=dtype, **kw),
+         {"structure": "lofi-diagonal L=10", "dtype": str(dtype), "device": str(device)}),
+        ("digits", "MLPClassifier.fit", lambda: MLPClassifier(random_state=seed, **kw),
+         {"structure": "sklearn (Adam, 200 epochs max)"}),
+    ], X, y, repeats, device=device)
     lofi.update(ref="MLPClassifier.fit", ratio=lofi["value"] / mlp["value"], target=DIGITS_TARGET_RATIO * mlp["value"],
                 target_ratio=DIGITS_TARGET_RATIO)
     return [lofi, mlp]
@@ -620,9 +740,10 @@ def time_digits_ekf(repeats=1, device="cpu", dtype="float64", seed=0, n_rows=Non
 
     X, y = load_digits_stream(n_rows)
     kw = {} if hidden is None else {"hidden_layer_sizes": hidden}
-    ekf, est = _fit_row("digits-ekf", "EKFClassifier.fit",
-                        lambda: EKFClassifier(random_state=seed, device=device, dtype=dtype, **kw), X, y, repeats,
-                        device=device, structure="full", dtype=str(dtype))
+    [(ekf, est)] = _fit_rows([("digits-ekf", "EKFClassifier.fit",
+                               lambda: EKFClassifier(random_state=seed, device=device, dtype=dtype, **kw),
+                               {"structure": "full", "dtype": str(dtype), "device": str(device)})],
+                             X, y, repeats, device=device)
     n = len(y)
     K = len(est.classes_)
     C = 1 if K == 2 else K
@@ -884,15 +1005,18 @@ def run_speed(configs=None, n_rows=None, repeats=5, device="cpu", dtype="float64
     say = print if verbose else (lambda *a, **k: None)
     concrete = load_stream("concrete", seed=seed)
     results = []
-    if baseline:
+    if baseline and "concrete" not in suites:
         say(f"  timing {REFERENCE} (reference) ...", flush=True)
         results.append(time_mlp_baseline(concrete, rows_main, repeats, seed))
     for section in suites:
         say(f"  [{section}] {SECTIONS[section]}", flush=True)
         if section == "concrete":
-            for cfg in configs:
-                say(f"  timing {cfg.name} ...", flush=True)
-                results.append(time_config(cfg, concrete, rows_main, repeats, device, dtype, seed))
+            # the reference and the configurations timed round-robin (one call of each in turn)
+            prepared = [prepare_mlp_baseline(concrete, rows_main, seed)] if baseline else []
+            prepared += [prepare_config(cfg, concrete, rows_main, device, dtype, seed) for cfg in configs]
+            say(f"  timing {', '.join(([REFERENCE] if baseline else []) + [c.name for c in configs])} "
+                f"(interleaved) ...", flush=True)
+            results.extend(run_prepared(prepared, repeats, device))
         elif section == "streaming":
             results.extend(time_streaming(concrete, rows_main, repeats, device, dtype, seed))
         elif section == "digits":
@@ -902,16 +1026,18 @@ def run_speed(configs=None, n_rows=None, repeats=5, device="cpu", dtype="float64
         elif section == "mnist":
             stream = synthetic_image_stream(MNIST_WARMUP_ROWS + rows_mnist, seed)
             target = MNIST_TARGET_US["cuda" if str(device).startswith("cuda") else str(dtype)]
+            prepared = []
             for cfg in mnist_configs:
-                say(f"  timing {cfg.name} ...", flush=True)
                 if cfg.target_us is None and cfg.batch_size == 1:
                     cfg = dataclasses.replace(cfg, target_us=target)
-                results.append(time_config(cfg, stream, rows_mnist, repeats, device, dtype, seed,
-                                           warmup_rows=MNIST_WARMUP_ROWS, section="mnist", unit="ms/step"))
+                prepared.append(prepare_config(cfg, stream, rows_mnist, device, dtype, seed,
+                                               warmup_rows=MNIST_WARMUP_ROWS, section="mnist", unit="ms/step"))
             if baseline:
-                say("  timing MLPClassifier((500, 500)).partial_fit ...", flush=True)
-                results.append(time_mlp_baseline(stream, rows_mnist, repeats, seed, hidden=(500, 500),
-                                                 classifier=True, warmup_rows=MNIST_WARMUP_ROWS, section="mnist"))
+                prepared.append(prepare_mlp_baseline(stream, rows_mnist, seed, hidden=(500, 500), classifier=True,
+                                                     warmup_rows=MNIST_WARMUP_ROWS, section="mnist"))
+            say(f"  timing {', '.join(c.name for c in mnist_configs)}"
+                + (", MLPClassifier((500, 500)).partial_fit" if baseline else "") + " (interleaved) ...", flush=True)
+            results.extend(run_prepared(prepared, repeats, device))
         synchronize(device)
     _relate(results)
     env = {**environment(), **machine_info(), "source": source_revision()}
