@@ -30,6 +30,7 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, vali
 from ._utils import check_fitted, check_scalar, is_frozen, magnitude_bound, memo_for, output_limit
 from ._utils import progress_bar, resolve_device, resolve_dtype, torch_generator
 from .dynamics import Dynamics, Reference
+from . import kernels
 from .filtering import EngineParts, FilterState, run_filter
 from .posteriors import Posterior, map_belief, select_hypothesis
 from .models import MLPAdapter, build_module, make_adapter, standardize_mlp
@@ -557,6 +558,10 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
         axes, for each hypothesis — with no predict step)."""
         belief = self.filter_state_.belief if belief is None else belief
         mean = belief.mean
+        if mean.dim() == 1:  # one belief on the CPU: the compiled kernel when it serves the filter
+            out = kernels.linearized_compiled(self._adapter, self._structure, belief, Xt)
+            if out is not None:
+                return out
         n_hyp = 1 if mean.dim() == 1 else max(1, mean[..., 0].numel())
         with _no_grad_for(self._adapter):
             n = Xt.shape[0]
@@ -573,6 +578,10 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
     @torch.no_grad()
     def _plugin(self, Xt, belief=None):
         belief = self.filter_state_.belief if belief is None else belief
+        if belief.mean.dim() == 1:  # the forward pass of the compiled linearised predictive, if it serves
+            f = kernels.forward_compiled(self._adapter, belief.mean, Xt)
+            if f is not None:
+                return f
         return self._adapter.forward(belief.mean, Xt)
 
     def _parameter_samples(self, n_samples, gen):

@@ -104,7 +104,37 @@ def _host_structure(structure, belief) -> bool:
     return uses is not None and uses(belief)
 
 
-def filter_step(parts: EngineParts, state: FilterState, X, Y, sample_weight=None, record=None, workspace=None):
+_TAKES_OUT = {}
+
+
+def _takes_out(fn) -> bool:
+    """Whether ``fn`` has an ``out`` parameter (cached per function)."""
+    try:
+        return _TAKES_OUT[fn]
+    except KeyError:
+        import inspect
+
+        try:
+            ok = "out" in inspect.signature(fn).parameters
+        except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
+            ok = False
+        _TAKES_OUT[fn] = ok
+        return ok
+
+
+def _buffer(buffers, name, shape, like):
+    """A tensor ``(shape)`` of ``like``'s dtype and device from the stream's ``buffers`` (kept per
+    name, replaced when the shape changes), or None without buffers."""
+    if buffers is None:
+        return None
+    buf = buffers.get(name)
+    if buf is None or tuple(buf.shape) != tuple(shape) or buf.dtype != like.dtype or buf.device != like.device:
+        buf = buffers[name] = torch.empty(shape, dtype=like.dtype, device=like.device)
+    return buf
+
+
+def filter_step(parts: EngineParts, state: FilterState, X, Y, sample_weight=None, record=None, workspace=None,
+                buffers=None):
     """One filter step on rows ``X (B, D)``, targets ``Y (B, C)``, ``sample_weight (B,)`` or None.
 
     Returns ``(new_state, StepOutput)`` (module docstring for the stages). ``record``, if given, is
@@ -114,7 +144,10 @@ def filter_step(parts: EngineParts, state: FilterState, X, Y, sample_weight=None
     Raises :class:`~skfilter.exceptions.FilterStepError` on a numerical failure; ``state`` is a value
     and is never modified. ``workspace``: a dead belief whose memory the new one may reuse
     (:meth:`~skfilter.posteriors.Structure.update`; :func:`run_filter` passes the belief of two steps
-    back when nothing references it).
+    back when nothing references it). ``buffers``: a dict the caller keeps for a stream, whose
+    arrays receive ``J`` and ``Hw`` (for an adapter and likelihood that take ``out=``) instead of
+    fresh ``P``-sized arrays at every step; only for callers that keep neither past the step (no
+    ``on_step`` callback: an :class:`~skfilter.posteriors.UpdateInfo` may read ``Hw`` later).
     """
     if record is not None and state.belief.mean.dim() == 2 and not getattr(record, "needs_belief", True):
         from . import kernels  # a stack of hypotheses whose predictive is recorded (run-length filters)
@@ -128,7 +161,14 @@ def filter_step(parts: EngineParts, state: FilterState, X, Y, sample_weight=None
     dynamics = parts.dynamics
     predicted = belief if dynamics.is_static else apply_dynamics(structure, belief, dynamics, parts.reference)
     # 2. linearise at the predicted mean(s)
-    f, J = parts.adapter.forward_jacobian(predicted.mean, X)
+    adapter = parts.adapter
+    if buffers is not None and "forward_jacobian" not in vars(adapter) and _takes_out(type(adapter).forward_jacobian):
+        n_out = getattr(adapter, "n_outputs", None)
+        shape = tuple(predicted.mean.shape[:-1]) + (X.shape[0], n_out, predicted.mean.shape[-1])
+        f, J = adapter.forward_jacobian(predicted.mean, X, out=_buffer(buffers, "J", shape, predicted.mean))
+    else:
+        buffers = None  # Hw's buffer is sized like J's
+        f, J = adapter.forward_jacobian(predicted.mean, X)
     bound = likelihood.max_abs_output
     if bound is not None:
         largest = float(abs(f).max())
@@ -161,11 +201,19 @@ def filter_step(parts: EngineParts, state: FilterState, X, Y, sample_weight=None
     # 6. whiten, weight, update
     if likelihood.host_arrays and _host_structure(structure, predicted):
         f_, J_, Y_ = as_numpy(NUMPY_OPS, f, J, Y)  # CPU fast path (skfilter._array_ops)
-        Hw, ew = likelihood.whiten(f_, J_, Y_, {k: v.numpy() for k, v in new_noise.items()})
+        out = _buffer(buffers, "Hw", J.shape, J) if _takes_out(type(likelihood).whiten) else None
+        if out is not None:
+            Hw, ew = likelihood.whiten(f_, J_, Y_, {k: v.numpy() for k, v in new_noise.items()}, out=out.numpy())
+        else:
+            Hw, ew = likelihood.whiten(f_, J_, Y_, {k: v.numpy() for k, v in new_noise.items()})
         if w is not None:
             w = w.numpy()
     else:
-        Hw, ew = likelihood.whiten(f, J, Y, new_noise)
+        out = _buffer(buffers, "Hw", J.shape, J) if _takes_out(type(likelihood).whiten) else None
+        if out is not None:
+            Hw, ew = likelihood.whiten(f, J, Y, new_noise, out=out)
+        else:
+            Hw, ew = likelihood.whiten(f, J, Y, new_noise)
     if w is not None:
         sw = w ** 0.5
         Hw = Hw * sw[..., None, None]
@@ -208,6 +256,7 @@ def run_filter(parts: EngineParts, state: FilterState, X, Y, sample_weight=None,
     outs = []
     start = state.n_seen
     initial = state.belief  # held by the caller: never a workspace
+    buffers = {} if on_step is None else None  # J and Hw of every step in the same arrays
     previous = None
     # the row blocks as views, made at once (cheaper than slicing at every step)
     Xs, Ys = X.split(batch_size), Y.split(batch_size)
@@ -218,7 +267,7 @@ def run_filter(parts: EngineParts, state: FilterState, X, Y, sample_weight=None,
             if previous is not None and previous is not initial and on_step is None and _is_dead(previous):
                 workspace = previous
             previous = None
-            new_state, output = filter_step(parts, state, Xb, Yb, wb, record, workspace)
+            new_state, output = filter_step(parts, state, Xb, Yb, wb, record, workspace, buffers)
             previous = state.belief
             state = new_state  # one assignment: the step is installed whole or not at all
             if record is not None:

@@ -414,3 +414,51 @@ def test_large_full_covariance_stays_on_the_torch_engine():
     big = EKFRegressor(hidden_layer_sizes=(500,), random_state=0).fit(X[:2], y[:2])
     assert big.n_params_ > _dispatch.FULL_KERNEL_MAX_PARAMS
     assert _dispatch.plan_for(big._engine_parts(), big.filter_state_, None) is None
+
+
+PREDICTORS = {
+    "lofi": lambda: LoFiRegressor(hidden_layer_sizes=(7,), rank=3, random_state=0),
+    "lofi-rank-0": lambda: LoFiRegressor(hidden_layer_sizes=(7,), rank=0, random_state=0),
+    "vd": lambda: EKFRegressor(hidden_layer_sizes=(7,), covariance="vd", random_state=0),
+    "full": lambda: EKFRegressor(hidden_layer_sizes=(7, 4), activation="tanh", random_state=0),
+    "lofi-f32": lambda: LoFiRegressor(hidden_layer_sizes=(7,), rank=3, dtype="float32", random_state=0),
+    "lofi-clf": lambda: LoFiClassifier(hidden_layer_sizes=(7,), rank=3, random_state=0),
+    "fd-clf": lambda: EKFClassifier(hidden_layer_sizes=(7,), covariance="fd", random_state=0),
+}
+
+
+@pytest.mark.parametrize("name", list(PREDICTORS))
+def test_compiled_predictive_equals_torch_path(name):
+    """predict(return_std=True) / predict_proba through skfilter.kernels.predictive equal the torch
+    path's (f and diag(J Σ Jᵀ) at the posterior mean)."""
+    make = PREDICTORS[name]
+    classifier = "clf" in name
+    X, y = _classification() if classifier else _regression()
+    est = make().fit(X, y)
+    Xq = np.vstack([X[:20], 3.0 * X[-5:]])
+    with mock.patch("skfilter.posteriors.LowRankPrecision.quadratic_form", side_effect=AssertionError), \
+            mock.patch("skfilter.posteriors.DiagonalCovariance.quadratic_form", side_effect=AssertionError):
+        fast = est.predict_proba(Xq) if classifier else est.predict(Xq, return_std=True)
+    with compiled_kernels(False):
+        ref = est.predict_proba(Xq) if classifier else est.predict(Xq, return_std=True)
+    rtol = 2e-5 if "f32" in name else 1e-12
+    for a, b in zip(fast if isinstance(fast, tuple) else (fast,), ref if isinstance(ref, tuple) else (ref,)):
+        _assert_close(a, b, rtol)
+
+
+def test_stiff_capacitance_takes_the_torch_predictive():
+    """A belief holding a stiff direction (a row of 1e7 learned with small noise): the kernel reports
+    its capacitance as stiff and predict takes the torch path's square-root form."""
+    from skfilter.kernels import linearized_compiled
+
+    X, y = _regression(40)
+    X[20] = 1e7
+    est = LoFiRegressor(hidden_layer_sizes=(5,), rank=3, obs_variance=0.01, prior_variance=1.0,
+                        random_state=0).fit(X, y)
+    Xq = torch.as_tensor(X[:5])
+    assert linearized_compiled(est._adapter, est._structure, est.filter_state_.belief, Xq) is None
+    fast = est.predict(X[:5], return_std=True)
+    with compiled_kernels(False):
+        ref = est.predict(X[:5], return_std=True)
+    for a, b in zip(fast, ref):
+        np.testing.assert_array_equal(a, b)

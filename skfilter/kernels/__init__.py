@@ -106,4 +106,27 @@ def step_compiled(parts, state, X, Y, sample_weight, record):
     return step(parts, state, X, Y, sample_weight, record)
 
 
-__all__ = ["AVAILABLE", "compiled_kernels", "enabled", "run_compiled", "step_compiled"]
+def linearized_compiled(adapter, structure, belief, X):
+    """The linearised predictive ``(f, diag(J Σ Jᵀ))`` of a single belief at the rows ``X`` on a
+    compiled kernel (:mod:`skfilter.kernels.predictive`), or ``None`` when the kernels are off or do
+    not serve this model and structure (the caller's torch path then computes it)."""
+    if not enabled():
+        return None
+    from ._dispatch import linearized
+
+    return linearized(adapter, structure, belief, X)
+
+
+def forward_compiled(adapter, mean, X):
+    """The default MLP's outputs at ``mean`` for the rows ``X`` on a compiled kernel (the forward
+    pass of :func:`linearized_compiled`, so plug-in and linearised means agree bit for bit), or
+    ``None`` when the kernels are off or do not serve this model."""
+    if not enabled():
+        return None
+    from ._dispatch import forward
+
+    return forward(adapter, mean, X)
+
+
+__all__ = ["AVAILABLE", "compiled_kernels", "enabled", "forward_compiled", "linearized_compiled", "run_compiled",
+           "step_compiled"]

@@ -8,6 +8,8 @@ stops at to :func:`skfilter.filtering.filter_step`, and returns the new :class:`
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import torch
 
@@ -22,6 +24,7 @@ from .full import full_hypotheses, full_rows
 from .lofi import DONE, lofi_hypotheses, lofi_rows
 from .mlp import mlp_program
 from .observations import LIKELIHOOD_CODES
+from .predictive import DIAGONAL, FULL, LOFI, forward_rows, predict_rows
 
 _DTYPES = (torch.float64, torch.float32)
 #: rows per kernel call (progress bars and interrupts are served between calls)
@@ -30,6 +33,82 @@ CHUNK_ROWS = 2048
 #: passes over a P × P matrix that the torch engine's blocked products (posteriors/full.py) do at
 #: ~1.1× the BLAS floor, where the kernel's column loops measured 5× (digits, P = 3,760)
 FULL_KERNEL_MAX_PARAMS = 1500
+#: the LoFi kernel serves models up to this many parameters; beyond, its ``(L + m) × P`` rows no
+#: longer stay in cache and the torch engine's column-blocked passes (posteriors/lofi.py) are faster
+#: (measured, one thread: P = 7,510: kernel 0.70 ms/step, engine 0.79; P = 50,610: 5.1 and 5.3;
+#: P = 648,010: 117 and 87)
+LOFI_KERNEL_MAX_PARAMS = 100_000
+
+
+#: adapter → (MLP program, input map): the kernels' view of a default MLP, built once per adapter
+_PROGRAMS = weakref.WeakKeyDictionary()
+
+
+def _program_of(adapter):
+    """``((shapes, offsets, codes), input_map)`` of a default-MLP adapter (:func:`mlp_program`; the
+    ``(1/scale, −offset/scale)`` arrays of a ``StandardizedMLP`` or None), cached per adapter."""
+    try:
+        return _PROGRAMS[adapter]
+    except KeyError:
+        pass
+    program = mlp_program(adapter._layer_shapes, adapter._act_names)
+    input_map = None if adapter._input_map is None else adapter._input_map["numpy"]
+    _PROGRAMS[adapter] = out = (program, input_map)
+    return out
+
+
+def _mapped_rows(X, input_map):
+    """The rows as the default MLP's first layer sees them (standardised for a ``StandardizedMLP``)."""
+    Xn = np.ascontiguousarray(_numpy(X))
+    if input_map is not None:
+        inv, shift = input_map
+        Xn = Xn * inv + shift
+    return Xn
+
+
+def _serves_adapter(adapter):
+    return (type(adapter) is MLPAdapter and getattr(adapter, "cpu_backend", "numpy") == "numpy"
+            and "forward_jacobian" not in vars(adapter))  # a replaced linearisation is honoured
+
+
+def linearized(adapter, structure, belief, X):
+    """``(f, diag(J Σ Jᵀ))`` of a single belief at the rows ``X`` by
+    :func:`~skfilter.kernels.predictive.predict_rows`, as tensors ``(n, C)``, or None when the
+    kernel does not serve this model/structure (or LoFi's capacitance is stiff)."""
+    mean = belief.mean
+    if not _serves_adapter(adapter) or mean.dim() != 1 or not mean.is_cpu or mean.dtype not in _DTYPES:
+        return None
+    kind = type(structure)
+    if kind is LowRankPrecision and structure.variant == "diagonal":
+        code, first, second = LOFI, _numpy(belief.diagonal), _numpy(belief.low_rank)
+    elif kind is DiagonalCovariance:
+        code, first, second = DIAGONAL, _numpy(belief.var), np.empty((0, 0), dtype=_numpy(mean).dtype)
+    elif kind is FullCovariance and mean.shape[0] <= FULL_KERNEL_MAX_PARAMS:
+        code, first, second = FULL, _numpy(mean), _numpy(belief.cov)
+    else:
+        return None
+    (shapes, offsets, codes), input_map = _program_of(adapter)
+    m = _numpy(mean)
+    Xn = _mapped_rows(X, input_map).astype(m.dtype, copy=False)
+    f = np.empty((Xn.shape[0], int(shapes[-1, 0])), dtype=m.dtype)
+    var = np.empty_like(f)
+    if not predict_rows(Xn, shapes, offsets, codes, m, code, first, second, f, var, stiffness_limit(m.dtype)):
+        return None
+    return torch.from_numpy(f), torch.from_numpy(var)
+
+
+def forward(adapter, mean, X):
+    """The default MLP's outputs at ``mean (P,)`` for the rows ``X`` by
+    :func:`~skfilter.kernels.predictive.forward_rows` (a tensor ``(n, C)``), or None when the kernel
+    does not serve this model."""
+    if not _serves_adapter(adapter) or mean.dim() != 1 or not mean.is_cpu or mean.dtype not in _DTYPES:
+        return None
+    (shapes, offsets, codes), input_map = _program_of(adapter)
+    m = _numpy(mean)
+    Xn = _mapped_rows(X, input_map).astype(m.dtype, copy=False)
+    f = np.empty((Xn.shape[0], int(shapes[-1, 0])), dtype=m.dtype)
+    forward_rows(Xn, shapes, offsets, codes, m, f)
+    return torch.from_numpy(f)
 
 
 def _dynamics_of(parts):
@@ -58,9 +137,7 @@ def plan_for(parts, state, record, hypotheses=False):
     if hypotheses and record is None:
         return None
     adapter, structure = parts.adapter, parts.structure
-    if type(adapter) is not MLPAdapter or getattr(adapter, "cpu_backend", "numpy") != "numpy":
-        return None
-    if "forward_jacobian" in vars(adapter):  # a replaced linearisation (e.g. one that records) is honoured
+    if not _serves_adapter(adapter):
         return None
     if type(parts.likelihood) not in (Gaussian, Bernoulli, Categorical):
         return None
@@ -71,7 +148,8 @@ def plan_for(parts, state, record, hypotheses=False):
     if dyn is None:
         return None
     if type(structure) is LowRankPrecision:
-        if structure.variant == "diagonal" and structure.svd == "full" and structure.cpu_backend == "numpy":
+        if structure.variant == "diagonal" and structure.svd == "full" and structure.cpu_backend == "numpy" \
+                and mean.shape[-1] <= LOFI_KERNEL_MAX_PARAMS:
             return LoFiPlan(parts, dyn)
     elif type(structure) is DiagonalCovariance:
         return DiagonalPlan(parts, dyn)
@@ -95,9 +173,7 @@ class KernelPlan:
         self.likelihood = lik
         self.code = LIKELIHOOD_CODES[type(lik).__name__]
         self.max_abs = float(lik.max_abs_output or 0.0)
-        adapter = parts.adapter
-        self.program = mlp_program(adapter._layer_shapes, adapter._act_names)
-        self.input_map = None if adapter._input_map is None else adapter._input_map["numpy"]
+        self.program, self.input_map = _program_of(parts.adapter)
 
     # -- noise state ------------------------------------------------------------------------
     def _noise_vector(self, noise, C, dtype):
@@ -145,10 +221,7 @@ class KernelPlan:
     def _inputs(self, X, Y, sample_weight, np_dtype):
         """``(X, Y, w, has_w)`` as the kernels take them: the rows as the default MLP's first layer
         sees them (standardised for a ``StandardizedMLP``), contiguous arrays."""
-        Xn = np.ascontiguousarray(_numpy(X))
-        if self.input_map is not None:
-            inv, shift = self.input_map
-            Xn = Xn * inv + shift
+        Xn = _mapped_rows(X, self.input_map)
         Yn = np.ascontiguousarray(_numpy(Y))
         has_w = sample_weight is not None
         w = np.ascontiguousarray(_numpy(sample_weight)) if has_w else np.ones(1, dtype=np_dtype)

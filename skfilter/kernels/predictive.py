@@ -1,0 +1,113 @@
+"""The linearised predictive of a single belief at many inputs, compiled (numba).
+
+For each row ``x``: the outputs ``f = h(μ, x)`` and the diagonal of ``J Σ Jᵀ`` (``J = ∂h/∂θ`` at
+``μ``; spec/lofi.md §2.8 B.1), what ``predict(return_std=True)`` and ``predict_proba`` need — without
+forming ``J`` for all rows at once (one ``C × P`` block at a time):
+
+* LoFi (``Σ = (Υ + W Wᵀ)⁻¹``, Woodbury, B.1 eq. 61): ``[J Υ⁻¹ Jᵀ]_cc − ‖Lc⁻¹ W Υ⁻¹ J_cᵀ‖²`` with
+  ``Lc Lcᵀ = M = I + Wᵀ Υ⁻¹ W`` (one factorisation per call);
+* diagonal: ``Σ_j J_cj² v_j``;
+* full: ``J_c Σ J_cᵀ``.
+
+A stiff ``M`` (trace beyond :func:`~skfilter.posteriors._base.stiffness_limit`, where the Woodbury
+difference cancels) is reported and the caller takes the torch path's square-root form.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .linalg import FAST, cholesky_into, gram_into, solve_lower
+from .mlp import mlp_forward, mlp_forward_jacobian
+
+#: structure codes of :func:`predict_rows`
+LOFI, DIAGONAL, FULL = 0, 1, 2
+
+
+@njit(cache=True, nogil=True, fastmath=FAST)
+def _weighted_square(row, weights):
+    s = 0.0
+    for j in range(row.shape[0]):
+        s += row[j] * row[j] * weights[j]
+    return s
+
+
+@njit(cache=True, nogil=True)
+def predict_rows(X, shapes, offsets, codes, mean, kind, first, second, f_out, var_out, limit):
+    """Write ``f (n, C)`` and ``diag(J Σ Jᵀ) (n, C)`` of the rows ``X (n, D)`` (as the first layer sees
+    them) at the belief ``mean`` with ``kind`` :data:`LOFI` (``first`` = ``Υ (P,)``, ``second`` =
+    ``Wᵀ (L, P)``), :data:`DIAGONAL` (``first`` = ``v (P,)``) or :data:`FULL` (``second`` = ``Σ``).
+    Returns False (nothing usable) when LoFi's ``M`` is stiff or not positive definite."""
+    n, D = X.shape
+    dt = mean.dtype
+    C = f_out.shape[1]
+    P = mean.shape[0]
+    width = D
+    for l in range(shapes.shape[0]):
+        width = max(width, shapes[l, 0])
+    acts = np.empty((shapes.shape[0] + 1, width), dtype=dt)
+    pre = np.empty((shapes.shape[0], width), dtype=dt)
+    delta = np.empty((C, width), dtype=dt)
+    scratch = np.empty((C, width), dtype=dt)
+    J = np.empty((C, P), dtype=dt)
+    weights = np.empty(P, dtype=dt)
+    L = second.shape[0] if kind == LOFI else 0
+    scaled = np.empty((L, P), dtype=dt)
+    Lc = np.empty((max(L, 1), max(L, 1)), dtype=dt)
+    A = np.empty((C, max(L, 1)), dtype=dt)
+    if kind == LOFI:
+        for j in range(P):
+            weights[j] = 1.0 / first[j]
+        if L > 0:
+            for a in range(L):
+                for j in range(P):
+                    scaled[a, j] = second[a, j] * weights[j]
+            M = np.empty((L, L), dtype=dt)
+            gram_into(second, scaled, M, True)
+            trace = 0.0
+            for a in range(L):
+                trace += M[a, a]
+                M[a, a] += 1.0
+            if not trace <= limit or not cholesky_into(M, Lc):
+                return False
+    elif kind == DIAGONAL:
+        for j in range(P):
+            weights[j] = first[j]
+    for i in range(n):
+        mlp_forward_jacobian(mean, X[i], shapes, offsets, codes, acts, pre, delta, scratch, f_out[i], J)
+        if kind == FULL:
+            U = np.dot(second, J.T)  # Σ Jᵀ, (P, C)
+            for c in range(C):
+                s = 0.0
+                for j in range(P):
+                    s += J[c, j] * U[j, c]
+                var_out[i, c] = s
+            continue
+        for c in range(C):
+            var_out[i, c] = _weighted_square(J[c], weights)
+        if L > 0:
+            gram_into(J, scaled, A, False)  # J Υ⁻¹ W, (C, L)
+            for c in range(C):
+                solve_lower(Lc, A[c, :L])
+                s = 0.0
+                for a in range(L):
+                    s += A[c, a] * A[c, a]
+                var_out[i, c] -= s
+    return True
+
+
+@njit(cache=True, nogil=True)
+def forward_rows(X, shapes, offsets, codes, mean, f_out):
+    """The outputs ``f (n, C)`` of the rows ``X`` at ``mean``: the forward pass of
+    :func:`predict_rows` alone (the same arithmetic, so a plug-in prediction equals the mean of the
+    linearised one bit for bit)."""
+    n, D = X.shape
+    dt = mean.dtype
+    width = D
+    for l in range(shapes.shape[0]):
+        width = max(width, shapes[l, 0])
+    acts = np.empty((shapes.shape[0] + 1, width), dtype=dt)
+    pre = np.empty((shapes.shape[0], width), dtype=dt)
+    for i in range(n):
+        mlp_forward(mean, X[i], shapes, offsets, codes, acts, pre, f_out[i])
