@@ -60,7 +60,7 @@ def _predict(mean_src, diag_src, W_src, mean_dst, diag_dst, tilde, L, g, q, work
         for j in range(P):
             tilde[a, j] = W_src[a, j] * ratio[j]
     # C⁻¹ = I + q Wᵀ D W = Lc Lcᵀ;  W⁻ᵀ = g Lc⁻¹ D Wᵀ (chol(C) taken as Lc⁻ᵀ: only W Wᵀ matters)
-    gram_into(W_src, tilde[:L], work_LL, True)  # Wᵀ D W (symmetric)
+    gram_into(W_src, tilde[:L], work_LL)  # Wᵀ D W (symmetric)
     for a in range(L):
         for b in range(L):
             work_LL[a, b] = q * work_LL[a, b] + (1.0 if a == b else 0.0)
@@ -165,7 +165,7 @@ def lofi_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, means, diags,
                 scaled[a, j] = tilde[a, j] * inv_diag[j]
         # 3. the recorded predictive J Σ⁻ Jᵀ = J Υ⁻¹ Jᵀ − A M⁻¹ Aᵀ, A = J Υ⁻¹ W, M = I + Wᵀ Υ⁻¹ W
         if record:
-            gram_into(tilde[:k], scaled[:k], inner_buf, True)
+            gram_into(tilde[:k], scaled[:k], inner_buf)
             inner = inner_buf[:k, :k]
             trace = 0.0
             for a in range(L):
@@ -202,7 +202,7 @@ def lofi_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, means, diags,
             for j in range(P):
                 scaled[a, j] = tilde[a, j] * inv_diag[j]
         # 6. update (lofi_update): G = (I + W̃ᵀΥ⁻¹W̃)⁻¹, μ = μ⁻ + (Υ⁻¹W̃) ([0; ẽ] − G (W̃ᵀΥ⁻¹W̃)[:, L:] ẽ)
-        gram_into(tilde[:k], scaled[:k], inner_buf, True)
+        gram_into(tilde[:k], scaled[:k], inner_buf)
         inner = inner_buf[:k, :k]
         trace = 0.0
         for a in range(k):
@@ -229,7 +229,7 @@ def lofi_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, means, diags,
             for j in range(P):
                 mean_dst[j] += step_row[0, j]
             # truncation: eigenvectors of the Gram W̃ᵀW̃ by decreasing eigenvalue
-            gram_into(tilde[:k], tilde[:k], gram_buf, True)
+            gram_into(tilde[:k], tilde[:k], gram_buf)
             _, V = np.linalg.eigh(gram_buf[:k, :k])
             Vt = np.ascontiguousarray(V[:, ::-1].T)
             if L > 0:

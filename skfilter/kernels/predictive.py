@@ -64,7 +64,7 @@ def predict_rows(X, shapes, offsets, codes, mean, kind, first, second, f_out, va
                 for j in range(P):
                     scaled[a, j] = second[a, j] * weights[j]
             M = np.empty((L, L), dtype=dt)
-            gram_into(second, scaled, M, True)
+            gram_into(second, scaled, M)
             trace = 0.0
             for a in range(L):
                 trace += M[a, a]
@@ -87,7 +87,7 @@ def predict_rows(X, shapes, offsets, codes, mean, kind, first, second, f_out, va
         for c in range(C):
             var_out[i, c] = _weighted_square(J[c], weights)
         if L > 0:
-            gram_into(J, scaled, A, False)  # J Υ⁻¹ W, (C, L)
+            gram_into(J, scaled, A)  # J Υ⁻¹ W, (C, L)
             for c in range(C):
                 solve_lower(Lc, A[c, :L])
                 s = 0.0
