@@ -392,6 +392,14 @@ class MLPAdapter(ModuleAdapter):
         inv, shift = self._input_map["numpy"]
         return X_ * inv + shift
 
+    def architecture(self):
+        """``(layer_shapes, activations, input_map)``: the ``(out, in)`` of each Linear, the names of
+        the hidden activations, and a ``StandardizedMLP``'s input map ``(1/scale, −offset/scale)``
+        as NumPy arrays (None without one, or off the CPU) — what the compiled kernels
+        (:mod:`skfilter.kernels`) need to run this MLP."""
+        numpy_map = None if self._input_map is None else self._input_map.get("numpy")
+        return list(self._layer_shapes), list(self._act_names), numpy_map
+
     def default_blocks(self) -> dict:
         """``{'hidden': all layers but the last, 'last': the last Linear's weight and bias}``
         (only ``'last'`` without hidden layers)."""

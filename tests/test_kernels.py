@@ -157,7 +157,8 @@ def test_ekf_classifier_kernels_equal_torch_engine(structure, n_classes):
 def test_ekf_float32_and_weights(structure):
     X, y = _regression()
     w = np.random.default_rng(2).uniform(0.0, 2.0, size=len(X))
-    make = lambda: EKFRegressor(hidden_layer_sizes=(8,), dtype="float32", random_state=0, **EKF[structure])  # noqa: E731
+    make = lambda: EKFRegressor(hidden_layer_sizes=(8,), dtype="float32", random_state=0,  # noqa: E731
+                                **EKF[structure])
     est, ref = _fit_both(make, X, y, {"sample_weight": w})
     _assert_same_state(est, ref, rtol=2e-4)
 

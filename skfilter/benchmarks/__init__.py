@@ -7,8 +7,10 @@ Commands (one module each, registered in :data:`COMMANDS`):
     VD- and FD-diagonal covariance against scikit-learn's ``MLPRegressor`` and ``SGDRegressor``
     learning one row at a time. Prints a table and writes a figure and the table to ``--out``.
 ``speed`` (:mod:`skfilter.benchmarks.speed`)
-    Microseconds per filter step on the concrete MLP 8-50-1 (``P = 501``) for a list of named
-    configurations, beside ``MLPRegressor.partial_fit`` measured in the same process.
+    The speed workloads of issue 18 (doc/speed.md) in sections (``--suite``): microseconds per filter
+    step on the concrete MLP 8-50-1 (``P = 501``), the online noise estimate and process noise, the
+    one-row ``predict`` + ``partial_fit`` loop, the digits fits (and the full EKF against its BLAS
+    floor), LoFi at ``P = 648,010``, each beside scikit-learn measured in the same process.
 
 ``uci``   (:mod:`skfilter.benchmarks.uci`)
     The LoFi paper's UCI regression benchmark (spec/lofi.md §5.6): FD/VD/FC-EKF, diagonal and

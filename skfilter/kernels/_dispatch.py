@@ -17,8 +17,7 @@ from ..exceptions import FilterStepError
 from ..filtering import FilterState, filter_step
 from ..likelihoods import Bernoulli, Categorical, Gaussian, robust_variance_consistency
 from ..models import MLPAdapter
-from ..posteriors import DiagonalCovariance, FullCovariance, LowRankPrecision
-from ..posteriors._base import stiffness_limit
+from ..posteriors import DiagonalCovariance, FullCovariance, LowRankPrecision, stiffness_limit
 from .diagonal import diagonal_hypotheses, diagonal_rows
 from .full import full_hypotheses, full_rows
 from .lofi import DONE, lofi_hypotheses, lofi_rows
@@ -51,9 +50,8 @@ def _program_of(adapter):
         return _PROGRAMS[adapter]
     except KeyError:
         pass
-    program = mlp_program(adapter._layer_shapes, adapter._act_names)
-    input_map = None if adapter._input_map is None else adapter._input_map["numpy"]
-    _PROGRAMS[adapter] = out = (program, input_map)
+    layer_shapes, activations, input_map = adapter.architecture()
+    _PROGRAMS[adapter] = out = (mlp_program(layer_shapes, activations), input_map)
     return out
 
 

@@ -23,8 +23,8 @@ from numba import njit
 
 from .linalg import all_finite, cholesky_into, solve_lower
 from .lofi import DONE, REDO_STEP
-from .mlp import mlp_forward_jacobian
-from .observations import observe_step, outputs_within, restore
+from .mlp import mlp_buffers, mlp_forward_jacobian
+from .observations import observation_buffers, observe_step, outputs_within, record_outputs, restore
 
 
 @njit(cache=True, nogil=True)
@@ -39,24 +39,14 @@ def diagonal_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, means, va
     C = Y.shape[1]
     P = means.shape[1]
     m_full = batch * C
-    width = D
-    for l in range(shapes.shape[0]):
-        width = max(width, shapes[l, 0])
-    acts = np.empty((shapes.shape[0] + 1, width), dtype=dt)
-    pre = np.empty((shapes.shape[0], width), dtype=dt)
-    delta = np.empty((C, width), dtype=dt)
-    scratch = np.empty((C, width), dtype=dt)
+    acts, pre, delta, scratch = mlp_buffers(shapes, D, means[0])
     H = np.empty((m_full, P), dtype=dt)
     HV = np.empty((m_full, P), dtype=dt)
     S = np.empty((m_full, m_full), dtype=dt)
     Lc = np.empty((m_full, m_full), dtype=dt)
     z = np.empty(m_full, dtype=dt)
     col = np.empty(m_full, dtype=dt)
-    F = np.empty((batch, C), dtype=dt)
-    ew = np.empty(m_full, dtype=dt)
-    scale = np.empty(C, dtype=dt)
-    pj = np.empty(P, dtype=dt)
-    noise_before = noise.copy()
+    F, ew, scale, pj, noise_before = observation_buffers(batch, C, P, noise, means[0])
     dynamic = g != 1.0 or q != 0.0
     innovation = fd or exact_mean
     row = 0
@@ -84,10 +74,8 @@ def diagonal_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, means, va
             return row, REDO_STEP, cur
         # 3. recorded predictive J diag(v⁻) Jᵀ
         if record:
+            record_outputs(F[:nb], noise, rec_f, rec_noise, row)
             for i in range(nb):
-                for c in range(C):
-                    rec_f[row + i, c] = F[i, c]
-                    rec_noise[row + i, c] = noise[c]
                 for c in range(C):
                     for c2 in range(c + 1):
                         s = 0.0

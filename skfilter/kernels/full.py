@@ -23,8 +23,8 @@ from numba import njit
 
 from .linalg import all_finite, cholesky_into, solve_lower
 from .lofi import DONE, REDO_STEP
-from .mlp import mlp_forward_jacobian
-from .observations import observe_step, outputs_within, restore
+from .mlp import mlp_buffers, mlp_forward_jacobian
+from .observations import observation_buffers, observe_step, outputs_within, record_outputs, restore
 
 
 @njit(cache=True, nogil=True)
@@ -38,13 +38,7 @@ def full_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, mean, cov, li
     C = Y.shape[1]
     P = mean.shape[0]
     m_full = batch * C
-    width = D
-    for l in range(shapes.shape[0]):
-        width = max(width, shapes[l, 0])
-    acts = np.empty((shapes.shape[0] + 1, width), dtype=dt)
-    pre = np.empty((shapes.shape[0], width), dtype=dt)
-    delta = np.empty((C, width), dtype=dt)
-    scratch = np.empty((C, width), dtype=dt)
+    acts, pre, delta, scratch = mlp_buffers(shapes, D, mean)
     H = np.empty((m_full, P), dtype=dt)
     V = np.empty((P, m_full), dtype=dt)
     S = np.empty((m_full, m_full), dtype=dt)
@@ -52,11 +46,7 @@ def full_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, mean, cov, li
     z = np.empty(m_full, dtype=dt)
     predicted = np.empty(P, dtype=dt)
     gain = np.empty(P, dtype=dt)
-    F = np.empty((batch, C), dtype=dt)
-    ew = np.empty(m_full, dtype=dt)
-    scale = np.empty(C, dtype=dt)
-    pj = np.empty(P, dtype=dt)
-    noise_before = noise.copy()
+    F, ew, scale, pj, noise_before = observation_buffers(batch, C, P, noise, mean)
     g2 = g * g
     dynamic = g != 1.0 or q != 0.0
     row = 0
@@ -75,10 +65,8 @@ def full_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, mean, cov, li
         # 3. recorded predictive J Σ⁻ Jᵀ (raw rows; a pass over Σ only when recording)
         if record:
             U = np.dot(cov, H[:m].T)  # (P, m), Σ symmetric
+            record_outputs(F[:nb], noise, rec_f, rec_noise, row)
             for i in range(nb):
-                for c in range(C):
-                    rec_f[row + i, c] = F[i, c]
-                    rec_noise[row + i, c] = noise[c]
                 for c in range(C):
                     for c2 in range(C):
                         s = 0.0

@@ -21,8 +21,8 @@ import numpy as np
 from numba import njit
 
 from .linalg import all_finite, cholesky_into, cholesky_solve, combine_rows, gram_into, solve_lower
-from .mlp import mlp_forward_jacobian
-from .observations import observe_step, outputs_within, restore
+from .mlp import mlp_buffers, mlp_forward_jacobian
+from .observations import observation_buffers, observe_step, outputs_within, record_outputs, restore
 
 #: status codes returned by the kernels
 DONE, REDO_STEP = 0, 1
@@ -107,22 +107,13 @@ def lofi_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, means, diags,
     m_full = batch * C
     k_full = L + m_full
     dynamic = g != 1.0 or q != 0.0
-    width = D
-    for l in range(shapes.shape[0]):
-        width = max(width, shapes[l, 0])
-    acts = np.empty((shapes.shape[0] + 1, width), dtype=dt)
-    pre = np.empty((shapes.shape[0], width), dtype=dt)
-    delta = np.empty((C, width), dtype=dt)
-    scratch = np.empty((C, width), dtype=dt)
+    acts, pre, delta, scratch = mlp_buffers(shapes, D, means[0])
     tilde = np.empty((k_full, P), dtype=dt)  # W̃ᵀ = [W⁻ᵀ; Hw]
     scaled = np.empty((k_full, P), dtype=dt)  # (Υ⁻⁻¹ W̃)ᵀ
     system = np.empty((k_full, k_full), dtype=dt)
     Lc = np.empty((k_full, k_full), dtype=dt)
     coef = np.empty(k_full, dtype=dt)
-    F = np.empty((batch, C), dtype=dt)
-    ew = np.empty(m_full, dtype=dt)
-    scale = np.empty(C, dtype=dt)
-    pj = np.empty(P, dtype=dt)
+    F, ew, scale, pj, noise_before = observation_buffers(batch, C, P, noise, means[0])
     inv_diag = np.empty(P, dtype=dt)
     work_LL = np.empty((max(L, 1), max(L, 1)), dtype=dt)
     work_L = np.empty(max(L, 1), dtype=dt)
@@ -131,7 +122,6 @@ def lofi_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, means, diags,
     inner_buf = np.empty((k_full, k_full), dtype=dt)
     step_row = np.empty((1, P), dtype=dt)
     gram_buf = np.empty((k_full, k_full), dtype=dt)
-    noise_before = noise.copy()
     row = 0
     while row < n:
         nb = min(batch, n - row)
@@ -174,10 +164,8 @@ def lofi_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, means, diags,
                 return row, REDO_STEP, cur
             if L > 0 and not cholesky_into(inner[:L, :L] + np.eye(L, dtype=dt), Lc[:L, :L]):
                 return row, REDO_STEP, cur
+            record_outputs(F[:nb], noise, rec_f, rec_noise, row)
             for i in range(nb):
-                for c in range(C):
-                    rec_f[row + i, c] = F[i, c]
-                    rec_noise[row + i, c] = noise[c]
                 for c in range(C):
                     for c2 in range(C):
                         a, b = L + i * C + c, L + i * C + c2

@@ -121,3 +121,16 @@ def mlp_forward_jacobian(theta, x, shapes, offsets, codes, acts, pre, delta, scr
                 for j in range(i):
                     row[base + j] = d * acts[l, j]
                 row[k + o * i + u] = d
+
+
+@njit(cache=True, nogil=True)
+def mlp_buffers(shapes, n_inputs, dtype_like):
+    """The work buffers of :func:`mlp_forward_jacobian` for an MLP of layer ``shapes`` on rows of
+    ``n_inputs`` features: ``(acts, pre, delta, scratch)`` in the dtype of ``dtype_like``."""
+    dt = dtype_like.dtype
+    C = shapes[shapes.shape[0] - 1, 0]
+    width = n_inputs
+    for l in range(shapes.shape[0]):
+        width = max(width, shapes[l, 0])
+    return (np.empty((shapes.shape[0] + 1, width), dtype=dt), np.empty((shapes.shape[0], width), dtype=dt),
+            np.empty((C, width), dtype=dt), np.empty((C, width), dtype=dt))

@@ -173,3 +173,23 @@ def restore(noise, noise_before):
     """Undo :func:`observe_step`'s change of the noise vector (the step is handed back)."""
     for c in range(noise.shape[0]):
         noise[c] = noise_before[c]
+
+
+@njit(cache=True, nogil=True)
+def observation_buffers(batch, C, P, noise, dtype_like):
+    """The work buffers of a step's observation stages for ``batch`` rows of ``C`` outputs:
+    ``(F (batch, C), ew (batch·C,), scale (C,), pj (P,), noise_before)``."""
+    dt = dtype_like.dtype
+    return (np.empty((batch, C), dtype=dt), np.empty(batch * C, dtype=dt), np.empty(C, dtype=dt),
+            np.empty(P, dtype=dt), noise.copy())
+
+
+@njit(cache=True, nogil=True)
+def record_outputs(F, noise, rec_f, rec_noise, row):
+    """Record the outputs ``F (nb, C)`` of a step's rows and the noise variances before the step
+    into rows ``row … row + nb − 1`` of ``rec_f`` and ``rec_noise`` (the recorded predictive)."""
+    nb, C = F.shape
+    for i in range(nb):
+        for c in range(C):
+            rec_f[row + i, c] = F[i, c]
+            rec_noise[row + i, c] = noise[c]

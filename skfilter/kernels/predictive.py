@@ -19,7 +19,7 @@ import numpy as np
 from numba import njit
 
 from .linalg import FAST, cholesky_into, gram_into, solve_lower
-from .mlp import mlp_forward, mlp_forward_jacobian
+from .mlp import mlp_buffers, mlp_forward, mlp_forward_jacobian
 
 #: structure codes of :func:`predict_rows`
 LOFI, DIAGONAL, FULL = 0, 1, 2
@@ -43,13 +43,7 @@ def predict_rows(X, shapes, offsets, codes, mean, kind, first, second, f_out, va
     dt = mean.dtype
     C = f_out.shape[1]
     P = mean.shape[0]
-    width = D
-    for l in range(shapes.shape[0]):
-        width = max(width, shapes[l, 0])
-    acts = np.empty((shapes.shape[0] + 1, width), dtype=dt)
-    pre = np.empty((shapes.shape[0], width), dtype=dt)
-    delta = np.empty((C, width), dtype=dt)
-    scratch = np.empty((C, width), dtype=dt)
+    acts, pre, delta, scratch = mlp_buffers(shapes, D, mean)
     J = np.empty((C, P), dtype=dt)
     weights = np.empty(P, dtype=dt)
     L = second.shape[0] if kind == LOFI else 0
@@ -103,11 +97,6 @@ def forward_rows(X, shapes, offsets, codes, mean, f_out):
     :func:`predict_rows` alone (the same arithmetic, so a plug-in prediction equals the mean of the
     linearised one bit for bit)."""
     n, D = X.shape
-    dt = mean.dtype
-    width = D
-    for l in range(shapes.shape[0]):
-        width = max(width, shapes[l, 0])
-    acts = np.empty((shapes.shape[0] + 1, width), dtype=dt)
-    pre = np.empty((shapes.shape[0], width), dtype=dt)
+    acts, pre, _, _ = mlp_buffers(shapes, D, mean)
     for i in range(n):
         mlp_forward(mean, X[i], shapes, offsets, codes, acts, pre, f_out[i])

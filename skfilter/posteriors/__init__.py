@@ -17,12 +17,13 @@ structure                  belief                 spec
 =========================  =====================  ============================================
 """
 
-from ._base import Posterior, Structure, UpdateInfo, map_belief, select_hypothesis, stack_beliefs
+from ._base import Posterior, Structure, UpdateInfo, map_belief, select_hypothesis, stack_beliefs, stiffness_limit
 from .blocks import BlockBelief, BlockDiagonal
 from .diagonal import DiagonalBelief, DiagonalCovariance
 from .full import FullBelief, FullCovariance
 from .lofi import LowRankBelief, LowRankPrecision
 
 __all__ = ["Posterior", "Structure", "UpdateInfo", "map_belief", "select_hypothesis", "stack_beliefs",
+           "stiffness_limit",
            "FullCovariance", "FullBelief", "DiagonalCovariance", "DiagonalBelief",
            "LowRankPrecision", "LowRankBelief", "BlockDiagonal", "BlockBelief"]
