@@ -463,3 +463,50 @@ def test_stiff_capacitance_takes_the_torch_predictive():
         ref = est.predict(X[:5], return_std=True)
     for a, b in zip(fast, ref):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("weighting", ["imq", "md", "tmd", "huber", "predictive-md"])
+@pytest.mark.parametrize("base", ["lofi", "vd", "fd", "full"])
+def test_wolf_weighting_on_the_kernel_equals_torch_engine(base, weighting):
+    """WoLF's robust weights computed inside the kernels (Gaussian likelihood, stage 4 with the noise
+    of the previous step) give the torch engine's beliefs on a stream with outliers."""
+    from skfilter import WoLFRegressor
+
+    bases = {"lofi": lambda: LoFiRegressor(hidden_layer_sizes=(6,), rank=3, random_state=0),
+             "vd": lambda: EKFRegressor(hidden_layer_sizes=(6,), covariance="vd", random_state=0),
+             "fd": lambda: EKFRegressor(hidden_layer_sizes=(6,), covariance="fd", batch_size=2, random_state=0),
+             "full": lambda: EKFRegressor(hidden_layer_sizes=(6,), random_state=0)}
+    X, y = _regression(70)
+    y[[10, 25, 40]] += np.array([30.0, -50.0, 80.0])  # outliers
+    make = lambda: WoLFRegressor(bases[base](), weighting=weighting)  # noqa: E731
+    used = AssertionError("torch engine used")
+    with compiled_kernels(True), mock.patch.object(LowRankPrecision, "update", side_effect=used), \
+            mock.patch.object(DiagonalCovariance, "update", side_effect=used), \
+            mock.patch.object(FullCovariance, "update", side_effect=used):
+        est = make().fit(X, y)
+    with compiled_kernels(False):
+        ref = make().fit(X, y)
+    _assert_same_state(est.estimator_, ref.estimator_, rtol=1e-10)
+    _assert_same_predictions(est, ref, X[:7], rtol=1e-10)
+
+
+def test_multi_output_predictive_weighting_on_the_kernel():
+    from skfilter import WoLFRegressor
+
+    X, Y = _regression(50, outputs=2)
+    Y[20] += 40.0
+    make = lambda: WoLFRegressor(LoFiRegressor(hidden_layer_sizes=(6,), rank=3, random_state=0),  # noqa: E731
+                                 weighting="predictive-md")
+    est, ref = _fit_both(make, X, Y, require_kernel=False)
+    _assert_same_state(est.estimator_, ref.estimator_, rtol=1e-10)
+
+
+def test_user_weighting_stays_on_the_torch_engine():
+    from skfilter.kernels import _dispatch
+    from skfilter import WoLFRegressor
+
+    X, y = _regression(20)
+    wolf = WoLFRegressor(LoFiRegressor(hidden_layer_sizes=(5,), rank=2, random_state=0),
+                         weighting=lambda e, S: torch.ones(e.shape[:-1], dtype=e.dtype)).fit(X, y)
+    base = wolf.estimator_
+    assert _dispatch.plan_for(base._engine_parts(), base.filter_state_, None) is None

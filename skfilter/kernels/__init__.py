@@ -2,12 +2,15 @@
 
 :func:`skfilter.filtering.run_filter` hands a block of rows to :func:`run_compiled` first; when the
 filter qualifies — a single belief on the CPU in float64 or float32, the default MLP (fused
-Jacobian, :mod:`skfilter.kernels.mlp`), a Gaussian, Bernoulli or categorical likelihood, no weighting
-stage, dynamics of a scalar decay and process noise, and a structure with a kernel
-(:mod:`skfilter.kernels.lofi`) — the whole step runs compiled over preallocated buffers, one call for
-thousands of rows. Anything else, and any step a kernel cannot finish (stiff rows that need the
-square-root forms, numerical failures, which then raise with the last good belief kept), runs on the
-torch engine, which stays the reference: both agree to rounding (tests/test_kernels.py).
+Jacobian, :mod:`skfilter.kernels.mlp`), a Gaussian, Bernoulli or categorical likelihood, no
+weighting stage or a built-in one under the Gaussian likelihood (WoLF), dynamics of a scalar decay
+and process noise, and a structure with a kernel (:mod:`skfilter.kernels.lofi`,
+:mod:`~skfilter.kernels.diagonal`, :mod:`~skfilter.kernels.full`) — the whole step runs compiled
+over preallocated buffers, one call for thousands of rows. :func:`step_compiled` does one step for
+a stack of hypotheses (BOCD), :func:`linearized_compiled` the predictive of ``predict``. Anything
+else, and any step a kernel cannot finish (stiff rows that need the square-root forms, numerical
+failures, which then raise with the last good belief kept), runs on the torch engine, which stays
+the reference: both agree to rounding (tests/test_kernels.py).
 
 Kernels are compiled on first use and cached on disk (numba's ``cache=True``): the first fit after
 installation pays ~10 s per structure once, or ``python -m skfilter.kernels`` compiles them all

@@ -22,7 +22,7 @@ from .diagonal import diagonal_hypotheses, diagonal_rows
 from .full import full_hypotheses, full_rows
 from .lofi import DONE, lofi_hypotheses, lofi_rows
 from .mlp import mlp_program
-from .observations import LIKELIHOOD_CODES
+from .observations import LIKELIHOOD_CODES, WEIGHTING_CODES
 from .predictive import DIAGONAL, FULL, LOFI, forward_rows, predict_rows
 
 _DTYPES = (torch.float64, torch.float32)
@@ -109,6 +109,21 @@ def forward(adapter, mean, X):
     return torch.from_numpy(f)
 
 
+def _weighting_of(parts):
+    """``(code, threshold)`` of a robust weighting the kernels compute (the built-in functions of
+    :mod:`skfilter.weighting` under a Gaussian likelihood), ``(0, 1.0)`` without one, else None."""
+    weighting = parts.weighting
+    if weighting is None:
+        return 0, 1.0
+    code = WEIGHTING_CODES.get(type(weighting).__name__)
+    if code is None or type(weighting).__module__ != "skfilter.weighting" or type(parts.likelihood) is not Gaussian:
+        return None
+    threshold = float(weighting.threshold)
+    if not np.isfinite(threshold) or threshold <= 0.0:
+        return None
+    return code, threshold
+
+
 def _dynamics_of(parts):
     """``(g, q)`` of dynamics the kernels support (decay and one process-noise value), else None."""
     dyn = parts.dynamics
@@ -128,7 +143,7 @@ def plan_for(parts, state, record, hypotheses=False):
     """The :class:`KernelPlan` of a filter the kernels serve, else None (package docstring). With
     ``hypotheses``, for one step of a stack of beliefs (leading axis ``K``) whose caller records the
     predictive (:func:`step_compiled`)."""
-    if parts.weighting is not None or state.log_weights is not None:
+    if state.log_weights is not None or (parts.weighting is not None and (hypotheses or _weighting_of(parts) is None)):
         return None
     if record is not None and getattr(record, "needs_belief", True):
         return None
@@ -172,6 +187,7 @@ class KernelPlan:
         self.code = LIKELIHOOD_CODES[type(lik).__name__]
         self.max_abs = float(lik.max_abs_output or 0.0)
         self.program, self.input_map = _program_of(parts.adapter)
+        self.weight_kind, self.weight_c = _weighting_of(parts)
 
     # -- noise state ------------------------------------------------------------------------
     def _noise_vector(self, noise, C, dtype):
@@ -362,7 +378,8 @@ class LoFiPlan(KernelPlan):
         shapes, offsets, codes = self.program
         rf, rq, rn = c["rec"]
         return lofi_rows(X, Y, w, has_w, batch_size, shapes, offsets, codes, self.means, self.diags, self.factors,
-                         0, self.code, c["noise"], c["params"], c["adaptive"], self.max_abs, self.g, self.q,
+                         0, self.code, c["noise"], c["params"], c["adaptive"], self.max_abs, self.weight_kind,
+                         self.weight_c, self.g, self.q,
                          self.eta, self.m0, c["recording"], rf, rq, rn, c["limit"], c["tiny"], c["scale"])
 
     def settle(self, slot):
@@ -409,7 +426,8 @@ class DiagonalPlan(KernelPlan):
         rf, rq, rn = c["rec"]
         return diagonal_rows(X, Y, w, has_w, batch_size, shapes, offsets, codes, self.means, self.variances, 0,
                              structure.projection == "fd", structure.vd_mean == "exact", self.code, c["noise"],
-                             c["params"], c["adaptive"], self.max_abs, self.g, self.q, c["recording"], rf, rq, rn,
+                             c["params"], c["adaptive"], self.max_abs, self.weight_kind, self.weight_c, self.g, self.q,
+                             c["recording"], rf, rq, rn,
                              c["limit"], c["tiny"], c["scale"])
 
     def settle(self, slot):
@@ -452,7 +470,8 @@ class FullPlan(KernelPlan):
         shapes, offsets, codes = self.program
         rf, rq, rn = c["rec"]
         return full_rows(X, Y, w, has_w, batch_size, shapes, offsets, codes, self.mean, self.cov, self.code,
-                         c["noise"], c["params"], c["adaptive"], self.max_abs, self.g, self.q, c["recording"],
+                         c["noise"], c["params"], c["adaptive"], self.max_abs, self.weight_kind, self.weight_c, self.g,
+                         self.q, c["recording"],
                          rf, rq, rn, c["limit"], c["tiny"], c["scale"])
 
     def belief(self, slot, template, n_steps):

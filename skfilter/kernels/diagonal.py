@@ -24,13 +24,14 @@ from numba import njit
 from .linalg import all_finite, cholesky_into, solve_lower
 from .lofi import DONE, REDO_STEP
 from .mlp import mlp_buffers, mlp_forward_jacobian
-from .observations import observation_buffers, observe_step, outputs_within, record_outputs, restore
+from .observations import (PREDICTIVE_WEIGHTING, observation_buffers, observe_step, outputs_within,
+                           record_outputs, restore, robust_step_weights)
 
 
 @njit(cache=True, nogil=True)
 def diagonal_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, means, variances, cur, fd, exact_mean,
-                  likelihood, noise, noise_params, adaptive, max_abs, g, q, record, rec_f, rec_quad, rec_noise,
-                  limit, tiny, scale_out):
+                  likelihood, noise, noise_params, adaptive, max_abs, weight_kind, weight_c, g, q, record, rec_f,
+                  rec_quad, rec_noise, limit, tiny, scale_out):
     """Filter the rows of ``X`` from the belief in slot ``cur`` of ``means (2, P)``,
     ``variances (2, P)`` (``fd``: FD-EKF, else VD-EKF with the paper's or, ``exact_mean``, the
     exact mean). Arguments and return value as :func:`skfilter.kernels.lofi.lofi_rows`."""
@@ -46,6 +47,8 @@ def diagonal_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, means, va
     Lc = np.empty((m_full, m_full), dtype=dt)
     z = np.empty(m_full, dtype=dt)
     col = np.empty(m_full, dtype=dt)
+    step_quad = np.empty((batch, C, C), dtype=dt)
+    robust = np.empty(batch, dtype=dt)
     F, ew, scale, pj, noise_before = observation_buffers(batch, C, P, noise, means[0])
     dynamic = g != 1.0 or q != 0.0
     innovation = fd or exact_mean
@@ -72,9 +75,8 @@ def diagonal_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, means, va
                                  H[i * C:(i + 1) * C])
         if max_abs > 0.0 and not outputs_within(F[:nb], max_abs):
             return row, REDO_STEP, cur
-        # 3. recorded predictive J diag(v⁻) Jᵀ
-        if record:
-            record_outputs(F[:nb], noise, rec_f, rec_noise, row)
+        # 3. the prior predictive J diag(v⁻) Jᵀ (recorded, or for a predictive weighting)
+        if record or weight_kind == PREDICTIVE_WEIGHTING:
             for i in range(nb):
                 for c in range(C):
                     for c2 in range(c + 1):
@@ -82,11 +84,22 @@ def diagonal_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, means, va
                         a, b = H[i * C + c], H[i * C + c2]
                         for j in range(P):
                             s += a[j] * var[j] * b[j]
-                        rec_quad[row + i, c, c2] = s
-                        rec_quad[row + i, c2, c] = s
+                        step_quad[i, c, c2] = s
+                        step_quad[i, c2, c] = s
+            if record:
+                record_outputs(F[:nb], noise, rec_f, rec_noise, row)
+                rec_quad[row:row + nb] = step_quad[:nb]
         # 4–5. noise estimate, whitening
-        if not observe_step(likelihood, F[:nb], Y[row:row + nb], w[row:row + nb], has_weights, noise, noise_params,
-                            adaptive, scale, H[:m], ew, tiny, pj, noise_before):
+        if weight_kind > 0:  # WoLF: the rows' weights w · W² from the noise of the previous step
+            if not robust_step_weights(weight_kind, weight_c, F[:nb], Y[row:row + nb], w[row:row + nb], has_weights,
+                                       noise, step_quad, robust):
+                return row, REDO_STEP, cur
+            observed = observe_step(likelihood, F[:nb], Y[row:row + nb], robust[:nb], True, noise, noise_params,
+                                    adaptive, scale, H[:m], ew, tiny, pj, noise_before)
+        else:
+            observed = observe_step(likelihood, F[:nb], Y[row:row + nb], w[row:row + nb], has_weights, noise,
+                                    noise_params, adaptive, scale, H[:m], ew, tiny, pj, noise_before)
+        if not observed:
             return row, REDO_STEP, cur
         # 6. update
         if innovation:
@@ -160,7 +173,7 @@ def diagonal_hypotheses(X, Y, w, has_weights, batch, shapes, offsets, codes, mea
         slot_vars[0] = variances[k]
         done, status, cur = diagonal_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, slot_means, slot_vars,
                                           0, fd, exact_mean, likelihood, noises[k], noise_params, adaptive, max_abs,
-                                          g, q, True, rec_f[k], rec_quad[k], rec_noise[k], limit, tiny, scales[k])
+                                          0, 1.0, g, q, True, rec_f[k], rec_quad[k], rec_noise[k], limit, tiny, scales[k])
         if status != DONE:
             return k, status
         means[k] = slot_means[cur]

@@ -24,12 +24,13 @@ from numba import njit
 from .linalg import all_finite, cholesky_into, solve_lower
 from .lofi import DONE, REDO_STEP
 from .mlp import mlp_buffers, mlp_forward_jacobian
-from .observations import observation_buffers, observe_step, outputs_within, record_outputs, restore
+from .observations import (PREDICTIVE_WEIGHTING, observation_buffers, observe_step, outputs_within,
+                           record_outputs, restore, robust_step_weights)
 
 
 @njit(cache=True, nogil=True)
 def full_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, mean, cov, likelihood, noise, noise_params,
-              adaptive, max_abs, g, q, record, rec_f, rec_quad, rec_noise, limit, tiny, scale_out):
+              adaptive, max_abs, weight_kind, weight_c, g, q, record, rec_f, rec_quad, rec_noise, limit, tiny, scale_out):
     """Filter the rows of ``X`` from the belief ``N(mean (P,), cov (P, P))``, both updated in place
     after each completed step. Arguments otherwise and the return value as
     :func:`skfilter.kernels.lofi.lofi_rows` (``cur`` is always 0)."""
@@ -44,6 +45,8 @@ def full_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, mean, cov, li
     S = np.empty((m_full, m_full), dtype=dt)
     Lc = np.empty((m_full, m_full), dtype=dt)
     z = np.empty(m_full, dtype=dt)
+    step_quad = np.empty((batch, C, C), dtype=dt)
+    robust = np.empty(batch, dtype=dt)
     predicted = np.empty(P, dtype=dt)
     gain = np.empty(P, dtype=dt)
     F, ew, scale, pj, noise_before = observation_buffers(batch, C, P, noise, mean)
@@ -62,20 +65,30 @@ def full_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, mean, cov, li
                                  H[i * C:(i + 1) * C])
         if max_abs > 0.0 and not outputs_within(F[:nb], max_abs):
             return row, REDO_STEP, 0
-        # 3. recorded predictive J Σ⁻ Jᵀ (raw rows; a pass over Σ only when recording)
-        if record:
+        # 3. the prior predictive J Σ⁻ Jᵀ (raw rows; a pass over Σ only when recorded or weighted by it)
+        if record or weight_kind == PREDICTIVE_WEIGHTING:
             U = np.dot(cov, H[:m].T)  # (P, m), Σ symmetric
-            record_outputs(F[:nb], noise, rec_f, rec_noise, row)
             for i in range(nb):
                 for c in range(C):
                     for c2 in range(C):
                         s = 0.0
                         for j in range(P):
                             s += H[i * C + c, j] * (g2 * U[j, i * C + c2] + q * H[i * C + c2, j])
-                        rec_quad[row + i, c, c2] = s
+                        step_quad[i, c, c2] = s
+            if record:
+                record_outputs(F[:nb], noise, rec_f, rec_noise, row)
+                rec_quad[row:row + nb] = step_quad[:nb]
         # 4–5. noise estimate, whitening
-        if not observe_step(likelihood, F[:nb], Y[row:row + nb], w[row:row + nb], has_weights, noise, noise_params,
-                            adaptive, scale, H[:m], ew, tiny, pj, noise_before):
+        if weight_kind > 0:  # WoLF: the rows' weights w · W² from the noise of the previous step
+            if not robust_step_weights(weight_kind, weight_c, F[:nb], Y[row:row + nb], w[row:row + nb], has_weights,
+                                       noise, step_quad, robust):
+                return row, REDO_STEP, 0
+            observed = observe_step(likelihood, F[:nb], Y[row:row + nb], robust[:nb], True, noise, noise_params,
+                                    adaptive, scale, H[:m], ew, tiny, pj, noise_before)
+        else:
+            observed = observe_step(likelihood, F[:nb], Y[row:row + nb], w[row:row + nb], has_weights, noise,
+                                    noise_params, adaptive, scale, H[:m], ew, tiny, pj, noise_before)
+        if not observed:
             return row, REDO_STEP, 0
         # U = Σ⁻ Hwᵀ: one pass over Σ
         U = np.dot(cov, H[:m].T)
@@ -147,7 +160,7 @@ def full_hypotheses(X, Y, w, has_weights, batch, shapes, offsets, codes, means, 
     K = means.shape[0]
     for k in range(K):
         done, status, _ = full_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, means[k], covs[k],
-                                    likelihood, noises[k], noise_params, adaptive, max_abs, g, q, True, rec_f[k],
+                                    likelihood, noises[k], noise_params, adaptive, max_abs, 0, 1.0, g, q, True, rec_f[k],
                                     rec_quad[k], rec_noise[k], limit, tiny, scales[k])
         if status != DONE:
             return k, status

@@ -22,7 +22,8 @@ from numba import njit
 
 from .linalg import all_finite, cholesky_into, cholesky_solve, combine_rows, gram_into, solve_lower
 from .mlp import mlp_buffers, mlp_forward_jacobian
-from .observations import observation_buffers, observe_step, outputs_within, record_outputs, restore
+from .observations import (PREDICTIVE_WEIGHTING, observation_buffers, observe_step, outputs_within,
+                           record_outputs, restore, robust_step_weights)
 
 #: status codes returned by the kernels
 DONE, REDO_STEP = 0, 1
@@ -83,13 +84,14 @@ def _predict(mean_src, diag_src, W_src, mean_dst, diag_dst, tilde, L, g, q, work
 
 @njit(cache=True, nogil=True)
 def lofi_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, means, diags, factors, cur,
-              likelihood, noise, noise_params, adaptive, max_abs, g, q, eta, m0, record, rec_f, rec_quad,
+              likelihood, noise, noise_params, adaptive, max_abs, weight_kind, weight_c, g, q, eta, m0, record, rec_f, rec_quad,
               rec_noise, limit, tiny, scale_out):
     """Filter the rows of ``X (n, D)`` (already mapped as the model's first layer sees them) with
     targets ``Y (n, C)``, ``batch`` rows per step, from the belief in slot ``cur`` of ``means (2, P)``,
     ``diags (2, P)``, ``factors (2, L, P)`` (``Wᵀ``).
 
-    ``noise``: Gaussian ``[r_1 … r_C, Σw]`` (see :func:`~skfilter.kernels.observations.gaussian_noise_step`;
+    ``weight_kind``, ``weight_c``: the robust weighting (:data:`~skfilter.kernels.observations.WEIGHTING_CODES`,
+    0 for none) and its threshold. ``noise``: Gaussian ``[r_1 … r_C, Σw]`` (see :func:`~skfilter.kernels.observations.gaussian_noise_step`;
     fixed when not ``adaptive``), updated in place after each completed step; ``eta`` (``(1,)`` or ``(P,)``) and
     ``m0 (P,)`` the prior-predictive precision and mean, moved by the dynamics. With ``record`` the
     predictive of every row before its update goes to ``rec_f (n, C)``, ``rec_quad (n, C, C)`` and
@@ -120,6 +122,8 @@ def lofi_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, means, diags,
     out_LP = np.empty((L, P), dtype=dt)
     dropped = np.empty((m_full, P), dtype=dt)  # (ŨΛ̃)ᵀ rows past L
     inner_buf = np.empty((k_full, k_full), dtype=dt)
+    step_quad = np.empty((batch, C, C), dtype=dt)
+    robust = np.empty(batch, dtype=dt)
     step_row = np.empty((1, P), dtype=dt)
     gram_buf = np.empty((k_full, k_full), dtype=dt)
     row = 0
@@ -153,8 +157,9 @@ def lofi_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, means, diags,
         for a in range(k):
             for j in range(P):
                 scaled[a, j] = tilde[a, j] * inv_diag[j]
-        # 3. the recorded predictive J Σ⁻ Jᵀ = J Υ⁻¹ Jᵀ − A M⁻¹ Aᵀ, A = J Υ⁻¹ W, M = I + Wᵀ Υ⁻¹ W
-        if record:
+        # 3. the prior predictive (recorded, or for a predictive weighting):
+        #    J Σ⁻ Jᵀ = J Υ⁻¹ Jᵀ − A M⁻¹ Aᵀ, A = J Υ⁻¹ W, M = I + Wᵀ Υ⁻¹ W
+        if record or weight_kind == PREDICTIVE_WEIGHTING:
             gram_into(tilde[:k], scaled[:k], inner_buf)
             inner = inner_buf[:k, :k]
             trace = 0.0
@@ -164,7 +169,6 @@ def lofi_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, means, diags,
                 return row, REDO_STEP, cur
             if L > 0 and not cholesky_into(inner[:L, :L] + np.eye(L, dtype=dt), Lc[:L, :L]):
                 return row, REDO_STEP, cur
-            record_outputs(F[:nb], noise, rec_f, rec_noise, row)
             for i in range(nb):
                 for c in range(C):
                     for c2 in range(C):
@@ -181,10 +185,21 @@ def lofi_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, means, diags,
                             for u in range(L):
                                 t += coef[u] * work_L[u]
                             s -= t
-                        rec_quad[row + i, c, c2] = s
+                        step_quad[i, c, c2] = s
+            if record:
+                record_outputs(F[:nb], noise, rec_f, rec_noise, row)
+                rec_quad[row:row + nb] = step_quad[:nb]
         # 4–5. noise estimate (Gaussian), then whitening of each row
-        if not observe_step(likelihood, F[:nb], Y[row:row + nb], w[row:row + nb], has_weights, noise, noise_params,
-                            adaptive, scale, tilde[L:k], ew, tiny, pj, noise_before):
+        if weight_kind > 0:  # WoLF: the rows' weights w · W² from the noise of the previous step
+            if not robust_step_weights(weight_kind, weight_c, F[:nb], Y[row:row + nb], w[row:row + nb], has_weights,
+                                       noise, step_quad, robust):
+                return row, REDO_STEP, cur
+            observed = observe_step(likelihood, F[:nb], Y[row:row + nb], robust[:nb], True, noise, noise_params,
+                                    adaptive, scale, tilde[L:k], ew, tiny, pj, noise_before)
+        else:
+            observed = observe_step(likelihood, F[:nb], Y[row:row + nb], w[row:row + nb], has_weights, noise,
+                                    noise_params, adaptive, scale, tilde[L:k], ew, tiny, pj, noise_before)
+        if not observed:
             return row, REDO_STEP, cur
         for a in range(L, k):
             for j in range(P):
@@ -263,7 +278,7 @@ def lofi_hypotheses(X, Y, w, has_weights, batch, shapes, offsets, codes, means, 
         slot_diags[0] = diags[k]
         slot_factors[0] = factors[k]
         done, status, cur = lofi_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, slot_means, slot_diags,
-                                      slot_factors, 0, likelihood, noises[k], noise_params, adaptive, max_abs, g, q,
+                                      slot_factors, 0, likelihood, noises[k], noise_params, adaptive, max_abs, 0, 1.0, g, q,
                                       etas[k], m0s[k], True, rec_f[k], rec_quad[k], rec_noise[k], limit, tiny,
                                       scales[k])
         if status != DONE:

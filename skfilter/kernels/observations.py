@@ -9,7 +9,10 @@ preallocated buffers. Likelihood codes are those of :data:`LIKELIHOOD_CODES`:
 * categorical (the exact logit-space update): ``p = softmax(f)``,
   ``Hw = diag(√p) (J − 1 pᵀJ)``, ``ẽ = (y − p)/√p``;
 
-each row then scaled by ``√w`` of its sample weight. The noise estimate is spec/lofi.md §2.9 (C.2)
+each row then scaled by ``√w`` of its sample weight. With a robust weighting (WoLF, Gaussian
+likelihood; :func:`robust_step_weights`) the weight of a row is ``w · W²``, ``W`` computed from its
+prior-predictive residual with the noise of the previous step, as in
+:func:`skfilter.filtering.filter_step` (stage 4). The noise estimate is spec/lofi.md §2.9 (C.2)
 with the optional outlier-robust step (``robust_threshold``) and winsorised carried residual
 (``residual_bound``) of :class:`~skfilter.likelihoods.Gaussian`, folded over the ``n`` rows of the
 step exactly as there (suffix products).
@@ -20,8 +23,16 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .linalg import cholesky_into, solve_lower
+
 #: likelihood class name → code used by the compiled kernels
 LIKELIHOOD_CODES = {"Gaussian": 0, "Bernoulli": 1, "Categorical": 2}
+#: weighting-function class name (:mod:`skfilter.weighting`) → code of :func:`robust_step_weights`
+#: (Gaussian likelihood only); 0 is no weighting
+WEIGHTING_CODES = {"IMQ": 1, "MahalanobisIMQ": 2, "ThresholdedMahalanobis": 3, "Huber": 4,
+                   "PredictiveMahalanobisIMQ": 5}
+#: the weighting code that needs the prior predictive ``J Σ⁻ Jᵀ`` of the rows
+PREDICTIVE_WEIGHTING = 5
 
 
 @njit(cache=True, nogil=True)
@@ -193,3 +204,61 @@ def record_outputs(F, noise, rec_f, rec_noise, row):
         for c in range(C):
             rec_f[row + i, c] = F[i, c]
             rec_noise[row + i, c] = noise[c]
+
+
+@njit(cache=True, nogil=True)
+def robust_step_weights(kind, threshold, F, Y, w, has_weights, noise, quad, out):
+    """``out[i] = w_i · W_i²`` for the rows of a step under the Gaussian likelihood (``R = diag(r)`` of
+    the previous step, ``noise[:C]``), the weights of :mod:`skfilter.weighting` with ``e = y − f``:
+
+    1 IMQ ``W = (1 + ‖e/c‖²)^{−1/2}``; 2 Mahalanobis IMQ ``(1 + (e/c)ᵀR⁻¹(e/c))^{−1/2}``;
+    3 thresholded ``1{eᵀR⁻¹e ≤ c}``; 4 Huber ``W² = min(1, c/‖R^{−1/2}e‖)``; 5 predictive
+    Mahalanobis IMQ with ``S = quad_i + R`` in place of ``R``.
+
+    Returns False when a predictive ``S`` is not positive definite (the torch stages then take
+    its pseudo-inverse)."""
+    nb, C = F.shape
+    S = np.empty((C, C), dtype=F.dtype)
+    Lc = np.empty((C, C), dtype=F.dtype)
+    z = np.empty(C, dtype=F.dtype)
+    tiny = np.finfo(F.dtype).tiny
+    for i in range(nb):
+        if kind == 1:
+            q = 0.0
+            for c in range(C):
+                e = (Y[i, c] - F[i, c]) / threshold
+                q += e * e
+            W2 = 1.0 / (1.0 + q)
+        elif kind == 5:
+            for c in range(C):
+                for c2 in range(C):
+                    S[c, c2] = quad[i, c, c2]
+                S[c, c] += noise[c]
+            if C == 1:
+                e = (Y[i, 0] - F[i, 0]) / threshold
+                q = e * e / max(S[0, 0], tiny) if S[0, 0] > 0.0 else 0.0
+            else:
+                if not cholesky_into(S, Lc):
+                    return False
+                for c in range(C):
+                    z[c] = (Y[i, c] - F[i, c]) / threshold
+                solve_lower(Lc, z)
+                q = 0.0
+                for c in range(C):
+                    q += z[c] * z[c]
+            W2 = 1.0 / (1.0 + q)
+        else:
+            scaled = threshold if kind == 2 else 1.0
+            d2 = 0.0
+            for c in range(C):
+                e = (Y[i, c] - F[i, c]) / scaled
+                d2 += e * e / max(noise[c], tiny) if noise[c] > 0.0 else 0.0
+            if kind == 2:
+                W2 = 1.0 / (1.0 + d2)
+            elif kind == 3:
+                W2 = 1.0 if d2 <= threshold else 0.0
+            else:
+                d = np.sqrt(d2)
+                W2 = threshold / max(d, tiny) if d > threshold else 1.0
+        out[i] = (w[i] if has_weights else 1.0) * W2
+    return True
