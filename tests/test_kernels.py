@@ -510,3 +510,33 @@ def test_user_weighting_stays_on_the_torch_engine():
                          weighting=lambda e, S: torch.ones(e.shape[:-1], dtype=e.dtype)).fit(X, y)
     base = wolf.estimator_
     assert _dispatch.plan_for(base._engine_parts(), base.filter_state_, None) is None
+
+
+def test_cached_plans_do_not_keep_estimators_alive():
+    import gc
+    import weakref
+
+    X, y = _regression(20)
+    est = LoFiRegressor(hidden_layer_sizes=(5,), rank=2, random_state=0).fit(X, y)
+    est.partial_fit(X[:3], y[:3])
+    ref = weakref.ref(est._adapter)
+    del est
+    gc.collect()
+    assert ref() is None
+
+
+def test_row_by_row_calls_equal_one_call():
+    """The plan cached between one-row calls (and the zero-copy hand-out of the call's buffers)
+    give the same beliefs as one call, and a belief handed out is never written afterwards."""
+    X, y = _regression(40)
+    make = lambda: LoFiRegressor(hidden_layer_sizes=(6,), rank=3, random_state=0)  # noqa: E731
+    one = make().fit(X[:10], y[:10])
+    one.partial_fit(X[10:], y[10:])
+    rows = make().fit(X[:10], y[:10])
+    held = rows.filter_state_.belief
+    snapshot = [t.clone() for t in held[:5]]
+    for t in range(10, 40):
+        rows.partial_fit(X[t:t + 1], y[t:t + 1])
+    for a, b in zip(held[:5], snapshot):
+        assert torch.equal(a, b)
+    _assert_same_state(rows, one, rtol=1e-12)

@@ -28,6 +28,9 @@ from .predictive import DIAGONAL, FULL, LOFI, forward_rows, predict_rows
 _DTYPES = (torch.float64, torch.float32)
 #: rows per kernel call (progress bars and interrupts are served between calls)
 CHUNK_ROWS = 2048
+#: models up to this many parameters get the call's buffers as their new belief (no copy; above,
+#: a copy keeps the estimator from holding both buffer slots)
+ZERO_COPY_PARAMS = 65_536
 #: the full-covariance kernel serves models up to this many parameters; beyond, the step is two
 #: passes over a P × P matrix that the torch engine's blocked products (posteriors/full.py) do at
 #: ~1.1× the BLAS floor, where the kernel's column loops measured 5× (digits, P = 3,760)
@@ -41,6 +44,8 @@ LOFI_KERNEL_MAX_PARAMS = 100_000
 
 #: adapter → (MLP program, input map): the kernels' view of a default MLP, built once per adapter
 _PROGRAMS = weakref.WeakKeyDictionary()
+#: adapter → (key, plan): the last plan built for an adapter's filter (its buffers are per call)
+_PLANS = weakref.WeakKeyDictionary()
 
 
 def _program_of(adapter):
@@ -160,19 +165,31 @@ def plan_for(parts, state, record, hypotheses=False):
     dyn = _dynamics_of(parts)
     if dyn is None:
         return None
+    # one plan per adapter while its parts stay the same objects (a streaming loop calls this per row)
+    key = (id(parts.likelihood), id(structure), id(parts.weighting), dyn, mean.shape[-1])
+    cached = _PLANS.get(adapter)
+    if cached is not None and cached[0] == key and cached[1].likelihood is parts.likelihood \
+            and cached[1].structure is structure and cached[1].weighting is parts.weighting:
+        return cached[1]
+    plan = None
     if type(structure) is LowRankPrecision:
         if structure.variant == "diagonal" and structure.svd == "full" and structure.cpu_backend == "numpy" \
                 and mean.shape[-1] <= LOFI_KERNEL_MAX_PARAMS:
-            return LoFiPlan(parts, dyn)
+            plan = LoFiPlan(parts, dyn)
     elif type(structure) is DiagonalCovariance:
-        return DiagonalPlan(parts, dyn)
+        plan = DiagonalPlan(parts, dyn)
     elif type(structure) is FullCovariance and mean.shape[-1] <= FULL_KERNEL_MAX_PARAMS:
-        return FullPlan(parts, dyn)
-    return None
+        plan = FullPlan(parts, dyn)
+    if plan is not None:
+        _PLANS[adapter] = (key, plan)
+    return plan
 
 
 def _numpy(t):
-    return t.detach().numpy()
+    try:
+        return t.numpy()
+    except RuntimeError:  # a tensor that requires grad
+        return t.detach().numpy()
 
 
 class KernelPlan:
@@ -180,7 +197,9 @@ class KernelPlan:
     buffers (:meth:`load`), call their kernel (:meth:`call`) and rebuild a belief (:meth:`belief`)."""
 
     def __init__(self, parts, dynamics):
-        self.parts = parts
+        # the parts a plan needs, not the adapter: plans are cached per adapter (weakly), and a plan
+        # holding it would keep the adapter alive
+        self.structure, self.weighting = parts.structure, parts.weighting
         self.g, self.q = dynamics
         lik = parts.likelihood
         self.likelihood = lik
@@ -224,9 +243,17 @@ class KernelPlan:
         """Run the kernel on these rows; returns ``(rows_done, status, slot)``."""
         raise NotImplementedError
 
-    def belief(self, slot, template, n_steps):
-        """A new belief (fresh tensors) from buffer ``slot``; ``template`` the belief type's source."""
+    def belief(self, slot, template, n_steps, final=False):
+        """A new belief from buffer ``slot``; ``template`` the belief type's source. Fresh tensors,
+        or with ``final`` (the call's last, the buffers are not written again) views of the buffers
+        of this call for models up to :data:`ZERO_COPY_PARAMS` parameters."""
         raise NotImplementedError
+
+    def _tensor(self, array, final):
+        """``array`` as a tensor: a view (``final`` and a small model) or a copy."""
+        if final and self.n_params <= ZERO_COPY_PARAMS:
+            return torch.from_numpy(array)
+        return torch.from_numpy(array.copy())
 
     def settle(self, slot):
         """Make slot 0 hold the latest belief after a kernel call that ended in ``slot``."""
@@ -305,6 +332,7 @@ class KernelPlan:
         outs = []
         start = state.n_seen
         self.load(state, np_dtype)
+        self.n_params = belief.mean.shape[-1]
         noise_vec = self._noise_vector(state.noise, C, np_dtype)
         noise_state, n_seen, n_steps = state.noise, state.n_seen, getattr(belief, "n_steps", None)
         row = 0
@@ -323,9 +351,12 @@ class KernelPlan:
                 if recording and done:
                     outs.append(self._records(record, X[row:row + done], *(r[row:row + done] for r in rec),
                                               noise_state))
-                self.settle(slot)
                 row += done
-                state = FilterState(self.belief(0, belief, n_steps), noise_state, n_seen)
+                final = status == DONE and row >= n  # the buffers are then the belief's (no copy)
+                if not final:
+                    self.settle(slot)
+                    slot = 0
+                state = FilterState(self.belief(slot, belief, n_steps, final), noise_state, n_seen)
                 if status != DONE:  # the torch engine does this step (safe forms, or raises)
                     nb = min(batch_size, n - row)
                     wb = None if sample_weight is None else sample_weight[row:row + nb]
@@ -403,11 +434,14 @@ class LoFiPlan(KernelPlan):
         means, diags, factors, etas, m0s = (torch.from_numpy(x) for x in stacks)
         return type(b)(means, diags, factors, etas.reshape(b.prior_precision.shape), m0s, b.n_steps + 1)
 
-    def belief(self, slot, template, n_steps):
-        return type(template)(torch.from_numpy(self.means[slot].copy()), torch.from_numpy(self.diags[slot].copy()),
-                              torch.from_numpy(self.factors[slot].copy()),
-                              torch.from_numpy(self.eta.copy()).reshape(self.eta_shape),
-                              torch.from_numpy(self.m0.copy()), n_steps)
+    def belief(self, slot, template, n_steps, final=False):
+        t = self._tensor
+        if self.g == 1.0 and self.q == 0.0:  # static: the prior-predictive fields are the template's
+            eta, m0 = template.prior_precision, template.prior_mean
+        else:
+            eta, m0 = t(self.eta, final).reshape(self.eta_shape), t(self.m0, final)
+        return type(template)(t(self.means[slot], final), t(self.diags[slot], final), t(self.factors[slot], final),
+                              eta, m0, n_steps)
 
 
 class DiagonalPlan(KernelPlan):
@@ -422,7 +456,7 @@ class DiagonalPlan(KernelPlan):
 
     def call(self, X, Y, w, has_w, batch_size, c):
         shapes, offsets, codes = self.program
-        structure = self.parts.structure
+        structure = self.structure
         rf, rq, rn = c["rec"]
         return diagonal_rows(X, Y, w, has_w, batch_size, shapes, offsets, codes, self.means, self.variances, 0,
                              structure.projection == "fd", structure.vd_mean == "exact", self.code, c["noise"],
@@ -434,15 +468,15 @@ class DiagonalPlan(KernelPlan):
         if slot != 0:
             self.means[0], self.variances[0] = self.means[1], self.variances[1]
 
-    def belief(self, slot, template, n_steps):
-        return type(template)(torch.from_numpy(self.means[slot].copy()), torch.from_numpy(self.variances[slot].copy()))
+    def belief(self, slot, template, n_steps, final=False):
+        return type(template)(self._tensor(self.means[slot], final), self._tensor(self.variances[slot], final))
 
     def stack(self, b, np_dtype):
         return [np.array(_numpy(x), dtype=np_dtype, order="C", copy=True) for x in (b.mean, b.var)]
 
     def call_hypotheses(self, X, Y, w, has_w, batch_size, stacks, c):
         shapes, offsets, codes = self.program
-        structure = self.parts.structure
+        structure = self.structure
         rf, rq, rn = c["rec"]
         return diagonal_hypotheses(X, Y, w, has_w, batch_size, shapes, offsets, codes, stacks[0], stacks[1],
                                    structure.projection == "fd", structure.vd_mean == "exact", self.code, c["noises"],
@@ -474,7 +508,7 @@ class FullPlan(KernelPlan):
                          self.q, c["recording"],
                          rf, rq, rn, c["limit"], c["tiny"], c["scale"])
 
-    def belief(self, slot, template, n_steps):
+    def belief(self, slot, template, n_steps, final=False):
         self.handed_out = True  # zero-copy: the next kernel call (if any) copies first
         return type(template)(torch.from_numpy(self.mean.copy()), torch.from_numpy(self.cov))
 
