@@ -8,8 +8,10 @@ with the whitened rows ``Hw (m × P)``::
 
     U = Σ⁻ Hwᵀ,   S = I + Hw U = C Cᵀ,   V = U C⁻ᵀ,   μ' = μ⁻ + V C⁻¹ ẽ,   Σ' = Σ⁻ − V Vᵀ
 
-``Σ`` is updated **in place** in one pass (with the dynamics folded in: ``Σ ← g² Σ + q I − V Vᵀ``),
-so a step reads and writes the ``P × P`` matrix once and allocates nothing of that size. Every
+``Uᵀ`` is read off ``Σ`` in one pass, four rows at a time
+(:func:`~skfilter.kernels.linalg.rows_times_symmetric`), and ``Σ`` is updated **in place** in one
+pass (with the dynamics folded in: ``Σ ← g² Σ + q I − V Vᵀ``), so a step reads the ``P × P``
+matrix twice, writes it once and allocates nothing of that size. Every
 check comes before that write — the stiffness of ``S`` (trace of ``Hw Σ⁻ Hwᵀ`` within ``[0,``
 :func:`~skfilter.posteriors._base.stiffness_limit` ``]``), its Cholesky factor, a finite mean and
 a positive new diagonal ``diag(Σ⁻) − rowsum(V ⊙ V)`` — so a step that fails them is handed back to
@@ -21,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .linalg import all_finite, cholesky_into, solve_lower
+from .linalg import all_finite, cholesky_into, rows_times_symmetric, solve_lower
 from .lofi import DONE, REDO_STEP
 from .mlp import mlp_buffers, mlp_forward_jacobian
 from .observations import (PREDICTIVE_WEIGHTING, observation_buffers, observe_step, outputs_within,
@@ -41,7 +43,9 @@ def full_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, mean, cov, li
     m_full = batch * C
     acts, pre, delta, scratch = mlp_buffers(shapes, D, mean)
     H = np.empty((m_full, P), dtype=dt)
-    V = np.empty((P, m_full), dtype=dt)
+    Ut = np.empty((m_full, P), dtype=dt)  # (Σ⁻ Hwᵀ)ᵀ
+    Vt = np.empty((m_full, P), dtype=dt)  # (Σ⁻ Hwᵀ C⁻ᵀ)ᵀ
+    zero = np.zeros(1, dtype=dt)[0]
     S = np.empty((m_full, m_full), dtype=dt)
     Lc = np.empty((m_full, m_full), dtype=dt)
     z = np.empty(m_full, dtype=dt)
@@ -90,19 +94,19 @@ def full_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, mean, cov, li
                                     noise_params, adaptive, scale, H[:m], ew, tiny, pj, noise_before)
         if not observed:
             return row, REDO_STEP, 0
-        # U = Σ⁻ Hwᵀ: one pass over Σ
-        U = np.dot(cov, H[:m].T)
+        # Uᵀ = Hw Σ⁻ (rows): one pass over Σ (rows_times_symmetric: four rows of Σ per pass over Hw)
+        rows_times_symmetric(cov, H[:m], Ut[:m], zero)
         if dynamic:
-            for j in range(P):
-                for r in range(m):
-                    U[j, r] = g2 * U[j, r] + q * H[r, j]
+            for r in range(m):
+                for j in range(P):
+                    Ut[r, j] = g2 * Ut[r, j] + q * H[r, j]
         # S = I + Hw U
         trace = 0.0
         for r in range(m):
             for r2 in range(m):
                 s = 0.0
                 for j in range(P):
-                    s += H[r, j] * U[j, r2]
+                    s += H[r, j] * Ut[r2, j]
                 S[r, r2] = s
             trace += S[r, r]
         for r in range(m):
@@ -117,16 +121,26 @@ def full_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, mean, cov, li
         for r in range(m):
             z[r] = ew[r]
         solve_lower(Lc[:m, :m], z[:m])  # C⁻¹ ẽ
+        # Vᵀ = C⁻¹ Uᵀ (forward substitution on whole rows), the new mean and diagonal
+        for r in range(m):
+            vr = Vt[r]
+            for j in range(P):
+                vr[j] = Ut[r, j]
+            for r2 in range(r):
+                c = Lc[r, r2]
+                other = Vt[r2]
+                for j in range(P):
+                    vr[j] -= c * other[j]
+            inv = 1.0 / Lc[r, r]
+            for j in range(P):
+                vr[j] *= inv
         ok = True
-        for j in range(P):  # V[j] = C⁻¹ U[j]ᵀ (row j of U C⁻ᵀ); the new mean and diagonal
-            for r in range(m):
-                V[j, r] = U[j, r]
-            solve_lower(Lc[:m, :m], V[j, :m])
+        for j in range(P):
             s = 0.0
             vv = 0.0
             for r in range(m):
-                s += V[j, r] * z[r]
-                vv += V[j, r] * V[j, r]
+                s += Vt[r, j] * z[r]
+                vv += Vt[r, j] * Vt[r, j]
             gain[j] = predicted[j] + s
             if not g2 * cov[j, j] + q - vv > 0.0:
                 ok = False
@@ -141,9 +155,10 @@ def full_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, mean, cov, li
                     ci[j] *= g2
                 ci[i] += q
             for r in range(m):
-                vir = V[i, r]
+                vri = Vt[r, i]
+                vr = Vt[r]
                 for j in range(P):
-                    ci[j] -= vir * V[j, r]
+                    ci[j] -= vri * vr[j]
         for j in range(P):
             mean[j] = gain[j]
         for c in range(C):

@@ -109,3 +109,46 @@ def combine_rows(M, A, out):
                 src = A[b]
                 for j in range(P):
                     row[j] += c * src[j]
+
+
+@njit(cache=True, nogil=True, fastmath=FAST)
+def rows_times_symmetric(A, H, out, zero):
+    """``out = H A`` for a symmetric ``A (P, P)`` and rows ``H (m, P)`` (C-contiguous), as the dot
+    products of the rows of ``A`` with those of ``H`` — ``(A Hᵀ)ᵀ``, the rounding of ``A @ H.T`` —
+    four rows of ``A`` at a time (each loaded element of ``H`` serves four accumulators): one pass
+    over ``A``, where BLAS's GEMM first packs all of ``A`` for so skinny a product. ``zero``: 0 in
+    the dtype of the accumulators."""
+    P = A.shape[0]
+    m = H.shape[0]
+    i = 0
+    while i + 4 <= P:
+        a0 = A[i]
+        a1 = A[i + 1]
+        a2 = A[i + 2]
+        a3 = A[i + 3]
+        for c in range(m):
+            h = H[c]
+            s0 = zero
+            s1 = zero
+            s2 = zero
+            s3 = zero
+            for j in range(P):
+                x = h[j]
+                s0 += a0[j] * x
+                s1 += a1[j] * x
+                s2 += a2[j] * x
+                s3 += a3[j] * x
+            out[c, i] = s0
+            out[c, i + 1] = s1
+            out[c, i + 2] = s2
+            out[c, i + 3] = s3
+        i += 4
+    while i < P:
+        a0 = A[i]
+        for c in range(m):
+            h = H[c]
+            s0 = zero
+            for j in range(P):
+                s0 += a0[j] * h[j]
+            out[c, i] = s0
+        i += 1

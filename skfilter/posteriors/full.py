@@ -13,7 +13,7 @@ from ._base import (Structure, UpdateInfo, as_variance_vector, merge_hypotheses,
 #: rows of ``|Σ|`` per chunk of :func:`_abs_quadratic` (bounds its temporary to ``512 × P``)
 _ABS_CHUNK = 512
 
-#: the compiled product ``H Σ`` (:func:`_rows_times_symmetric_py`) serves ``m ≤ _KERNEL_MAX_ROWS`` rows of
+#: the compiled product ``H Σ`` (:func:`skfilter.kernels.linalg.rows_times_symmetric`) serves ``m ≤ _KERNEL_MAX_ROWS`` rows of
 #: ``H`` when ``m P² ≥ _KERNEL_MIN_WORK``: below, the call costs more than it saves; above, BLAS's
 #: blocked GEMM wins (measured on one core: ``P = 3,760``, ``m = 10``: 8 ms against BLAS's 20 ms;
 #: ``m = 32``: equal; ``P = 501``, ``m = 3``: 41 µs against 140 µs)
@@ -24,71 +24,25 @@ _KERNEL_MAX_THREADS = 2
 _kernel = None  # the compiled kernel, False where numba is missing (compiled on first use)
 
 
-def _rows_times_symmetric_py(A, H, out, zero):  # pragma: no cover - compiled by numba
-    """``out = H A`` for a symmetric ``A (P, P)`` and rows ``H (m, P)`` (C-contiguous), as the dot
-    products of the rows of ``A`` with those of ``H`` — ``(A Hᵀ)ᵀ``, the rounding of ``A @ H.T`` —
-    four rows of ``A`` at a time (each loaded element of ``H`` serves four accumulators): one pass
-    over ``A``, where BLAS's GEMM first packs all of ``A`` for so skinny a product. ``zero``: 0 in
-    the dtype of the accumulators."""
-    P = A.shape[0]
-    m = H.shape[0]
-    i = 0
-    while i + 4 <= P:
-        a0 = A[i]
-        a1 = A[i + 1]
-        a2 = A[i + 2]
-        a3 = A[i + 3]
-        for c in range(m):
-            h = H[c]
-            s0 = zero
-            s1 = zero
-            s2 = zero
-            s3 = zero
-            for j in range(P):
-                x = h[j]
-                s0 += a0[j] * x
-                s1 += a1[j] * x
-                s2 += a2[j] * x
-                s3 += a3[j] * x
-            out[c, i] = s0
-            out[c, i + 1] = s1
-            out[c, i + 2] = s2
-            out[c, i + 3] = s3
-        i += 4
-    while i < P:
-        a0 = A[i]
-        for c in range(m):
-            h = H[c]
-            s0 = zero
-            for j in range(P):
-                s0 += a0[j] * h[j]
-            out[c, i] = s0
-        i += 1
-
-
 def _kernels_enabled():  # pragma: no cover - replaced on first call
     return True
 
 
 def _compiled_kernel():
-    """The numba-compiled :func:`_rows_times_symmetric_py`, or None (no numba, or compiled kernels
-    switched off: ``SKFILTER_COMPILED=0``, :func:`skfilter.kernels.compiled_kernels`)."""
+    """The compiled product :func:`skfilter.kernels.linalg.rows_times_symmetric`, or None (no
+    numba, or compiled kernels switched off: ``SKFILTER_COMPILED=0``,
+    :func:`skfilter.kernels.compiled_kernels`)."""
     global _kernel, _kernels_enabled
     if _kernel is None:
-        try:
-            from ..kernels import enabled
-        except ImportError:  # pragma: no cover - a build without the kernels package
-            pass
-        else:
-            _kernels_enabled = enabled
-        try:
-            from numba import njit
-        except ImportError:  # pragma: no cover - exercised only without numba
+        from .. import kernels
+
+        _kernels_enabled = kernels.enabled
+        if kernels.AVAILABLE:
+            from ..kernels.linalg import rows_times_symmetric
+
+            _kernel = rows_times_symmetric
+        else:  # pragma: no cover - exercised only without numba
             _kernel = False
-        else:
-            # reassociation lets the dot products vectorise; no other fast-math flag (NaN and ∞
-            # must propagate to the step's checks)
-            _kernel = njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})(_rows_times_symmetric_py)
     return _kernel if _kernel and _kernels_enabled() else None
 
 
