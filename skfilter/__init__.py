@@ -17,9 +17,11 @@ from .bocd import BOCDClassifier, BOCDRegressor
 from .ekf import EKFClassifier, EKFRegressor
 from .exceptions import FilterStepError
 from .lofi import LoFiClassifier, LoFiRegressor
+from .pipeline import PartialPipeline, make_partial_pipeline
 from .wolf import WoLFClassifier, WoLFRegressor
 
 __version__ = "0.1.0.dev0"
 
 __all__ = ["EKFRegressor", "EKFClassifier", "LoFiRegressor", "LoFiClassifier", "WoLFRegressor", "WoLFClassifier",
-           "BOCDRegressor", "BOCDClassifier", "FilterStepError", "__version__"]
+           "BOCDRegressor", "BOCDClassifier", "FilterStepError", "PartialPipeline", "make_partial_pipeline",
+           "__version__"]

@@ -16,10 +16,22 @@ def prequential_predict(estimator, X, y, *, return_std=False, method="predict", 
 
     Parameters
     ----------
-    estimator : skfilter estimator
+    estimator : skfilter estimator, PartialPipeline, or estimator with partial_fit
         A filter estimator or a replay baseline: anything with the method
         ``prequential_fit_predict`` (which this function calls, and which documents the arguments
-        below per estimator kind). Left fitted on the whole stream.
+        below per estimator kind). Or a :class:`~skfilter.pipeline.PartialPipeline`, or any
+        estimator with ``partial_fit`` (``SGDRegressor``, ``MLPRegressor``,
+        ``PassiveAggressiveClassifier``, …): it is reset to unfitted (the objects are kept, so
+        references to the steps see the refit), then each row ``t`` is transformed with the
+        transformers' state after rows ``0..t−1`` (a ``StandardScaler``'s running statistics),
+        predicted, and the whole pipeline is ``partial_fit`` on it: no statistic of row ``t`` or
+        later enters its prediction. Row 0 of a pipeline whose final step is a skfilter estimator
+        is predicted from the filter's prior, its features transformed with the statistics of row 0
+        alone (none earlier exist; its target is not used); an estimator that is not a skfilter
+        filter cannot predict row 0: regressors give ``nan`` there, classifiers uniform
+        probabilities. A pipeline of stateless transformers (``FunctionTransformer``) before a
+        skfilter estimator runs as one block through the filter loop; otherwise the rows are
+        predicted and learned one at a time. Left fitted on the whole stream.
     X : array-like of shape (n_samples, n_features)
     y : array-like of shape (n_samples,) or (n_samples, n_outputs)
     return_std : bool, default=False
@@ -49,10 +61,124 @@ def prequential_predict(estimator, X, y, *, return_std=False, method="predict", 
     >>> bool(abs(mean[-1] - y[-1]) < 3 * std[-1])
     True
     """
-    if not hasattr(estimator, "prequential_fit_predict"):
-        raise TypeError(f"prequential_predict needs a skfilter filter estimator, got {type(estimator).__name__}.")
-    return estimator.prequential_fit_predict(X, y, return_std=return_std, method=method,
-                                             sample_weight=sample_weight, classes=classes)
+    if hasattr(estimator, "prequential_fit_predict"):  # a skfilter estimator: the filter loop itself
+        return estimator.prequential_fit_predict(X, y, return_std=return_std, method=method,
+                                                 sample_weight=sample_weight, classes=classes)
+    if not hasattr(estimator, "partial_fit"):
+        raise TypeError(f"prequential_predict needs a skfilter filter estimator, a PartialPipeline or an estimator "
+                        f"with partial_fit, got {type(estimator).__name__}.")
+    return _prequential_partial(estimator, X, y, return_std=return_std, method=method,
+                                sample_weight=sample_weight, classes=classes)
+
+
+def _reset_in_place(est):
+    """Make ``est`` unfitted again, keeping the object (so the caller's references see the refit)."""
+    from sklearn.base import clone
+
+    fresh = clone(est)
+    est.__dict__.clear()
+    est.__dict__.update(fresh.__dict__)
+
+
+def _predict_accepts_std(est):
+    import inspect
+
+    try:
+        return "return_std" in inspect.signature(est.predict).parameters
+    except (AttributeError, TypeError, ValueError):
+        return False
+
+
+def _rows(a, start, stop):
+    if a is None:
+        return None
+    return a.iloc[start:stop] if hasattr(a, "iloc") else a[start:stop]
+
+
+def _prequential_partial(estimator, X, y, *, return_std, method, sample_weight, classes):
+    """Prequential pass of a :class:`~skfilter.pipeline.PartialPipeline` or any partial_fit estimator."""
+    from sklearn.base import is_classifier
+
+    from .pipeline import PartialPipeline, _is_passthrough, _is_stateless
+
+    if method not in ("predict", "predict_proba", "predict_log_proba"):
+        raise ValueError(f"method must be 'predict', 'predict_proba' or 'predict_log_proba', got {method!r}.")
+    classifier = is_classifier(estimator)
+    if classifier and return_std:
+        raise ValueError("return_std=True is for regressors.")
+    if not classifier and method != "predict":
+        raise ValueError(f"method={method!r} is for classifiers.")
+    pipe = isinstance(estimator, PartialPipeline)
+    if pipe:
+        estimator._check_partial_steps()
+        final = estimator.steps[-1][1]
+        if _is_passthrough(final):
+            raise TypeError("prequential_predict needs a pipeline whose final step is an estimator.")
+        for _, step in estimator.steps:
+            if not _is_passthrough(step):
+                _reset_in_place(step)
+    else:
+        final = estimator
+        _reset_in_place(estimator)
+    if return_std and not _predict_accepts_std(final):
+        raise TypeError(f"return_std=True needs a final estimator whose predict takes return_std; "
+                        f"{type(final).__name__}.predict does not.")
+    y_arr = np.asarray(y)
+    n = len(y_arr)
+    if classifier:
+        classes = np.unique(y_arr) if classes is None else np.asarray(classes)
+    fit_kw = {"classes": classes} if classifier else {}
+
+    # fast path: stateless transformers only and a skfilter final estimator: transform all rows, then
+    # the filter's own prequential loop (the same rows a row-by-row partial_fit would feed it)
+    if pipe and hasattr(final, "prequential_fit_predict") and all(
+            _is_passthrough(s) or (not hasattr(s, "partial_fit") and _is_stateless(s))
+            for _, s in estimator.steps[:-1]):
+        Xt = estimator._partial_transform(X, y)
+        return final.prequential_fit_predict(Xt, y, return_std=return_std, method=method,
+                                             sample_weight=sample_weight, classes=classes if classifier else None)
+
+    preds, stds = [], []
+    start = 0
+    if pipe and hasattr(final, "prequential_fit_predict"):
+        # row 0 from the filter's prior: its features transformed with the statistics of row 0 alone
+        # (no earlier rows exist; its target is not used), then learned, as partial_fit would
+        Xt0 = estimator._partial_transform(_rows(X, 0, 1), _rows(y, 0, 1))
+        res = final.prequential_fit_predict(Xt0, _rows(y, 0, 1), return_std=return_std, method=method,
+                                            sample_weight=_rows(sample_weight, 0, 1),
+                                            classes=classes if classifier else None)
+        if return_std:
+            preds.append(np.asarray(res[0])); stds.append(np.asarray(res[1]))
+        else:
+            preds.append(np.asarray(res))
+        start = 1
+    fitted = start == 1
+    for t in range(start, n):
+        xt, yt = _rows(X, t, t + 1), _rows(y, t, t + 1)
+        if not fitted:  # nothing learned yet: no prediction (regressors) or uniform probabilities
+            if classifier:
+                k = len(classes)
+                p = np.full((1, k), 1.0 / k)
+                preds.append(classes[:1] if method == "predict" else (np.log(p) if method == "predict_log_proba" else p))
+            else:
+                shape = (1,) + y_arr.shape[1:]
+                preds.append(np.full(shape, np.nan))
+                if return_std:
+                    stds.append(np.full(shape, np.nan))
+        elif return_std:
+            m, s = estimator.predict(xt, return_std=True)
+            preds.append(np.asarray(m)); stds.append(np.asarray(s))
+        else:
+            preds.append(np.asarray(getattr(estimator, method)(xt)))
+        kw = dict(fit_kw)
+        if sample_weight is not None:
+            kw["sample_weight"] = _rows(sample_weight, t, t + 1)
+        estimator.partial_fit(xt, yt, **kw)
+        fitted = True
+    pred = np.concatenate(preds, axis=0)
+    if return_std:
+        return pred, np.concatenate(stds, axis=0)
+    return pred
 
 
 #: metrics of :func:`prequential_score` for regressors (``True``: needs the predictive std)
@@ -61,11 +187,27 @@ REGRESSION_METRICS = {"rmse": False, "mae": False, "nlpd": True, "coverage": Tru
 CLASSIFICATION_METRICS = ("accuracy", "log_loss", "brier", "ece")
 
 
+def _scorer_names(classifier):
+    """The names of :data:`skfilter.metrics.SCORERS` usable for regressors or classifiers."""
+    from .metrics import SCORERS
+
+    kind = "classification" if classifier else "regression"
+    return tuple(n for n, sc in SCORERS.items() if sc.kind == kind)
+
+
+def _needs_std(name):
+    """Whether the regression metric ``name`` needs the predictive std."""
+    return REGRESSION_METRICS.get(name, True)
+
+
 def _regression_metric(name):
     from sklearn.metrics import mean_absolute_error, root_mean_squared_error
 
     from . import metrics
 
+    if name in metrics.SCORERS:  # a skfilter scorer's value (greater is better) on these predictions
+        sc = metrics.SCORERS[name]
+        return lambda y, m, s: sc.sign * sc.metric(y, m, s, **sc.kwargs)
     return {
         "rmse": lambda y, m, s: root_mean_squared_error(y, m),
         "mae": lambda y, m, s: mean_absolute_error(y, m),
@@ -80,6 +222,9 @@ def _classification_metric(name, labels):
 
     from . import metrics
 
+    if name in metrics.SCORERS:
+        sc = metrics.SCORERS[name]
+        return lambda y, p: sc.sign * sc.metric(y, p, labels=labels, **sc.kwargs)
     return {
         "accuracy": lambda y, p: accuracy_score(y, labels[np.argmax(p, axis=1)]),
         "log_loss": lambda y, p: log_loss(y, p, labels=labels),
@@ -105,7 +250,7 @@ def _scoring_items(scoring, classifier):
                 items.append((s, s))
     if not items:
         raise ValueError("scoring names no metric.")
-    known = CLASSIFICATION_METRICS if classifier else tuple(REGRESSION_METRICS)
+    known = (CLASSIFICATION_METRICS if classifier else tuple(REGRESSION_METRICS)) + _scorer_names(classifier)
     for name, s in items:
         if not callable(s) and s not in known:
             kind = "classifiers" if classifier else "regressors"
@@ -139,13 +284,24 @@ def prequential_score(estimator, X, y, *, scoring=None, sample_weight=None, clas
     ``'log_loss'``            :func:`sklearn.metrics.log_loss` (nats)
     ``'brier'``               :func:`skfilter.metrics.brier_score` (sum over classes)
     ``'ece'``                 :func:`skfilter.metrics.expected_calibration_error` (15 bins)
+    both
+    names of ``SCORERS``      :data:`skfilter.metrics.SCORERS` (``'neg_nlpd'``,
+                              ``'coverage_error'``, ``'neg_interval_width'``, ``'neg_brier'``,
+                              ``'neg_ece'``): the scorer's value, greater is better
     ========================  ===============================================================
+
+    Pipelines and other ``partial_fit`` estimators are evaluated as in
+    :func:`prequential_predict`; regressors' rows without a prediction (``nan``, before anything
+    was learned) are left out of the metrics, and metrics that need a predictive std need a final
+    estimator whose ``predict`` takes ``return_std``.
 
     Parameters
     ----------
-    estimator : skfilter estimator
-        A filter estimator or a replay baseline (anything with ``prequential_fit_predict``); a
-        classifier if :func:`sklearn.base.is_classifier` says so. Left fitted on the whole stream.
+    estimator : skfilter estimator, PartialPipeline, or estimator with partial_fit
+        A filter estimator or a replay baseline (anything with ``prequential_fit_predict``), a
+        :class:`~skfilter.pipeline.PartialPipeline` or any estimator with ``partial_fit`` (see
+        :func:`prequential_predict`); a classifier if :func:`sklearn.base.is_classifier` says so.
+        Left fitted on the whole stream.
     X : array-like of shape (n_samples, n_features)
     y : array-like of shape (n_samples,) or (n_samples, n_outputs)
     scoring : str, callable, list of those, or dict, default=None
@@ -179,11 +335,22 @@ def prequential_score(estimator, X, y, *, scoring=None, sample_weight=None, clas
     ['coverage', 'nlpd', 'rmse']
     >>> bool(scores["coverage"] > 0.9)
     True
+
+    A pipeline, with a scaler learned online, scored by several metrics at once:
+
+    >>> from sklearn.preprocessing import StandardScaler
+    >>> from skfilter.pipeline import make_partial_pipeline
+    >>> pipe = make_partial_pipeline(StandardScaler(), EKFRegressor(hidden_layer_sizes=(), obs_variance=0.01,
+    ...                                                             random_state=0))
+    >>> scores = prequential_score(pipe, X, y, scoring={"rmse": "rmse", "nlpd": "neg_nlpd"})
+    >>> sorted(scores)
+    ['nlpd', 'rmse']
     """
     from sklearn.base import is_classifier
 
-    if not hasattr(estimator, "prequential_fit_predict"):
-        raise TypeError(f"prequential_score needs a skfilter filter estimator, got {type(estimator).__name__}.")
+    if not hasattr(estimator, "prequential_fit_predict") and not hasattr(estimator, "partial_fit"):
+        raise TypeError(f"prequential_score needs a skfilter filter estimator, a PartialPipeline or an estimator "
+                        f"with partial_fit, got {type(estimator).__name__}.")
     classifier = is_classifier(estimator)
     items = _scoring_items(scoring, classifier)
     y_arr = np.asarray(y)
@@ -194,10 +361,21 @@ def prequential_score(estimator, X, y, *, scoring=None, sample_weight=None, clas
         y_true = y_arr.ravel() if y_arr.ndim == 2 and y_arr.shape[1] == 1 else y_arr
         fns = [(n, s if callable(s) else _classification_metric(s, labels)) for n, s in items]
         return {n: float(f(y_true, proba)) for n, f in fns}
-    need_std = any(callable(s) or REGRESSION_METRICS[s] for _, s in items)
+    plain = hasattr(estimator, "prequential_fit_predict")
+    final = estimator if plain else getattr(estimator, "_final_estimator", estimator)
+    can_std = plain or _predict_accepts_std(final)
+    need_std = any((callable(s) and can_std) or (not callable(s) and _needs_std(s)) for _, s in items)
+    if need_std and not can_std:
+        raise TypeError(f"The metrics {[n for n, s in items if not callable(s) and _needs_std(s)]} need a "
+                        f"predictive std; {type(final).__name__}.predict has no return_std.")
     res = prequential_predict(estimator, X, y, return_std=need_std, sample_weight=sample_weight,
                               classes=classes)
     mean, std = res if need_std else (res, None)
     y_true = y_arr.astype(np.float64).reshape(np.shape(mean))
+    if not plain:  # rows before the estimator had learned anything have no prediction
+        keep = np.isfinite(mean).reshape(len(mean), -1).all(axis=1)
+        if not keep.all():
+            y_true, mean = y_true[keep], mean[keep]
+            std = None if std is None else std[keep]
     fns = [(n, s if callable(s) else _regression_metric(s)) for n, s in items]
     return {n: float(f(y_true, mean, std)) for n, f in fns}
