@@ -69,8 +69,11 @@ def _predict(mean_src, diag_src, W_src, mean_dst, diag_dst, tilde, L, g, q, work
             for j in range(P):
                 tilde[a, j] = W_src[a, j] / g
         return True
-    for j in range(P):
-        diag_dst[j] = 1.0 / (g * g / diag_src[j] + q)
+    g2 = g * g
+    for j in range(P):  # Υ⁻ = (g² Υ⁻¹ + q)⁻¹ = Υ r and D = Υ⁻ Υ⁻¹ = r, r = 1/(g² + q Υ): one division
+        r = 1.0 / (g2 + q * diag_src[j])
+        ratio[j] = r
+        diag_dst[j] = diag_src[j] * r
     if L == 0:
         return True
     if g == 0.0:
@@ -78,8 +81,6 @@ def _predict(mean_src, diag_src, W_src, mean_dst, diag_dst, tilde, L, g, q, work
             for j in range(P):
                 tilde[a, j] = 0.0
         return True
-    for j in range(P):
-        ratio[j] = diag_dst[j] / diag_src[j]
     for a in range(L):  # D Wᵀ with D = Υ⁻ Υ⁻¹
         for j in range(P):
             tilde[a, j] = W_src[a, j] * ratio[j]
