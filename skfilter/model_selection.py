@@ -25,13 +25,15 @@ def prequential_predict(estimator, X, y, *, return_std=False, method="predict", 
         references to the steps see the refit), then each row ``t`` is transformed with the
         transformers' state after rows ``0..t−1`` (a ``StandardScaler``'s running statistics),
         predicted, and the whole pipeline is ``partial_fit`` on it: no statistic of row ``t`` or
-        later enters its prediction. Row 0 of a pipeline whose final step is a skfilter estimator
-        is predicted from the filter's prior, its features transformed with the statistics of row 0
-        alone (none earlier exist; its target is not used); an estimator that is not a skfilter
-        filter cannot predict row 0: regressors give ``nan`` there, classifiers uniform
-        probabilities. A pipeline of stateless transformers (``FunctionTransformer``) before a
-        skfilter estimator runs as one block through the filter loop; otherwise the rows are
-        predicted and learned one at a time. Left fitted on the whole stream.
+        later enters its prediction. Row 0 has no earlier rows: if the final step is a skfilter
+        estimator with a prior that uses no data (numeric ``prior_variance`` and, for regressors,
+        ``obs_variance``), row 0 is predicted from that prior, its features transformed with the
+        statistics of row 0 alone (its target is not used); otherwise (``'auto'`` priors adopt the
+        scale of the first call's targets, or an estimator that cannot predict before learning)
+        regressors give ``nan`` for row 0 and classifiers uniform probabilities. A pipeline of
+        stateless transformers (``FunctionTransformer``) before such a data-free-prior skfilter
+        estimator runs as one block through the filter loop; otherwise the rows are predicted and
+        learned one at a time. Left fitted on the whole stream.
     X : array-like of shape (n_samples, n_features)
     y : array-like of shape (n_samples,) or (n_samples, n_outputs)
     return_std : bool, default=False
@@ -78,6 +80,14 @@ def _reset_in_place(est):
     fresh = clone(est)
     est.__dict__.clear()
     est.__dict__.update(fresh.__dict__)
+
+
+def _data_free_prior(est):
+    """True if the skfilter estimator's prior and noise use no data: no ``'auto'``-style (string)
+    ``prior_variance``/``obs_variance``, which are set from the first call's rows and targets."""
+    params = est.get_params()
+    return not any(isinstance(v, str) for k, v in params.items()
+                   if k.split("__")[-1] in ("prior_variance", "obs_variance"))
 
 
 def _predict_accepts_std(est):
@@ -129,9 +139,11 @@ def _prequential_partial(estimator, X, y, *, return_std, method, sample_weight, 
         classes = np.unique(y_arr) if classes is None else np.asarray(classes)
     fit_kw = {"classes": classes} if classifier else {}
 
-    # fast path: stateless transformers only and a skfilter final estimator: transform all rows, then
-    # the filter's own prequential loop (the same rows a row-by-row partial_fit would feed it)
-    if pipe and hasattr(final, "prequential_fit_predict") and all(
+    # a skfilter final estimator whose prior uses no data can predict row 0 from its prior
+    prior_ok = hasattr(final, "prequential_fit_predict") and _data_free_prior(final)
+    # fast path: stateless transformers only and such an estimator: transform all rows, then the
+    # filter's own prequential loop (the same rows a row-by-row partial_fit would feed it)
+    if pipe and prior_ok and all(
             _is_passthrough(s) or (not hasattr(s, "partial_fit") and _is_stateless(s))
             for _, s in estimator.steps[:-1]):
         Xt = estimator._partial_transform(X, y)
@@ -140,7 +152,7 @@ def _prequential_partial(estimator, X, y, *, return_std, method, sample_weight, 
 
     preds, stds = [], []
     start = 0
-    if pipe and hasattr(final, "prequential_fit_predict"):
+    if pipe and prior_ok:
         # row 0 from the filter's prior: its features transformed with the statistics of row 0 alone
         # (no earlier rows exist; its target is not used), then learned, as partial_fit would
         Xt0 = estimator._partial_transform(_rows(X, 0, 1), _rows(y, 0, 1))

@@ -140,13 +140,21 @@ def test_classifier_pipeline_with_classes():
     assert set(scores) == {"accuracy", "log_loss", "neg_brier"} and scores["accuracy"] > 0.7
 
 
+@pytest.mark.parametrize("n", [1, 2, 5])
+def test_prequential_auto_prior_does_not_predict_row_0_from_its_target(n):
+    X, y = _data(n=n)
+    mean, std = prequential_predict(make_partial_pipeline(StandardScaler(), _lofi()), X, y, return_std=True)
+    assert np.isnan(mean[0]) and np.isnan(std[0]) and np.all(np.isfinite(mean[1:]))
+
+
 def test_prequential_pipeline_equals_row_by_row_partial_fit():
     X, y = _data(n=40)
-    pipe = make_partial_pipeline(StandardScaler(), _lofi())
+    pipe = make_partial_pipeline(StandardScaler(), _lofi(prior_variance=1.0, obs_variance=0.01))
     mean, std = prequential_predict(pipe, X, y, return_std=True)
-    ref = make_partial_pipeline(StandardScaler(), _lofi())
+    ref = make_partial_pipeline(StandardScaler(), _lofi(prior_variance=1.0, obs_variance=0.01))
     manual_mean, manual_std = [], []
-    first = _lofi().prequential_fit_predict(np.zeros((1, 3)), y[:1], return_std=True)
+    first = _lofi(prior_variance=1.0, obs_variance=0.01).prequential_fit_predict(np.zeros((1, 3)), y[:1],
+                                                                               return_std=True)
     manual_mean.append(first[0][0]); manual_std.append(first[1][0])
     ref.partial_fit(X[:1], y[:1])
     for t in range(1, len(y)):
@@ -177,9 +185,10 @@ def test_prequential_pipeline_has_no_look_ahead():
 
 def test_stateless_pipeline_uses_the_filter_loop_identically():
     X, y = _data(n=50)
-    pipe = PartialPipeline([("tanh", FunctionTransformer(np.tanh)), ("lofi", _lofi())])
+    est = _lofi(prior_variance=1.0, obs_variance=0.01)
+    pipe = PartialPipeline([("tanh", FunctionTransformer(np.tanh)), ("lofi", clone(est))])
     got = prequential_predict(pipe, X, y, return_std=True)
-    want = prequential_predict(_lofi(), np.tanh(X), y, return_std=True)
+    want = prequential_predict(clone(est), np.tanh(X), y, return_std=True)
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
 
