@@ -234,3 +234,26 @@ def test_several_metrics_at_once():
 def test_docstring_examples_run(module):
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_sklearn_partial_fit_estimators_in_pipelines():
+    import warnings
+
+    from sklearn.linear_model import PassiveAggressiveClassifier
+    from sklearn.neural_network import MLPRegressor
+
+    X, y = _data(n=60)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PassiveAggressive is deprecated in recent scikit-learn
+        mlp = make_partial_pipeline(StandardScaler(), MLPRegressor(hidden_layer_sizes=(4,), random_state=0))
+        pred = prequential_predict(mlp, X, y)
+        assert np.isnan(pred[0]) and np.all(np.isfinite(pred[1:]))
+        pa = make_partial_pipeline(StandardScaler(), PassiveAggressiveClassifier(random_state=0))
+        labels = prequential_predict(pa, X, (y > 0).astype(int))
+    assert labels.shape == (60,) and set(np.unique(labels)) <= {0, 1}
+
+
+def test_batch_fit_accepts_any_transformer():
+    X, y = _data()
+    pipe = make_partial_pipeline(StandardScaler(), PCA(n_components=2), _lofi()).fit(X, y)
+    assert pipe.predict(X[:3], return_std=True)[1].shape == (3,)
