@@ -18,6 +18,7 @@ install: $(STAMP)
 # pytest exit code 5 (no tests collected) is a failure here, as any non-zero code.
 test: $(STAMP)
 	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --doctest-modules skfilter
 
 demo: $(STAMP)
 	$(PY) -m skfilter.benchmarks demo

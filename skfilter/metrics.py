@@ -27,6 +27,7 @@ import numpy as np
 from sklearn.utils.validation import check_array, check_consistent_length
 
 __all__ = [
+    "check_probabilities",
     "gaussian_nlpd",
     "interval_coverage",
     "mean_interval_width",
@@ -283,8 +284,32 @@ def mean_interval_width(y_std, n_std=2.0, *, sample_weight=None, multioutput="un
 
 
 # -- classification ---------------------------------------------------------------------------
-def _check_proba(y_true, y_proba, labels):
-    """Validated ``(one_hot, proba, labels)``; ``proba`` columns follow the (sorted) labels."""
+def check_probabilities(y_true, y_proba, labels=None):
+    """Validate class labels and predicted probabilities (the checks of the classification metrics).
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_samples,)
+        Class labels.
+    y_proba : array-like of shape (n_samples, n_classes)
+        Predicted probabilities; each row must sum to 1. A 1-d array is the probability of the
+        second of two classes.
+    labels : array-like of shape (n_classes,), default=None
+        The classes in column order (sorted ``np.unique(y_true)`` when None).
+
+    Returns
+    -------
+    one_hot : ndarray of shape (n_samples, n_classes)
+    proba : ndarray of shape (n_samples, n_classes)
+    labels : ndarray of shape (n_classes,)
+
+    Examples
+    --------
+    >>> from skfilter.metrics import check_probabilities
+    >>> one_hot, proba, labels = check_probabilities([0, 1], [[0.9, 0.1], [0.2, 0.8]])
+    >>> one_hot.tolist(), labels.tolist()
+    ([[1.0, 0.0], [0.0, 1.0]], [0, 1])
+    """
     y_true = np.asarray(y_true)
     if y_true.ndim != 1:
         y_true = check_array(y_true, ensure_2d=False, dtype=None, input_name="y_true")
@@ -370,7 +395,7 @@ def brier_score(y_true, y_proba, labels=None, *, sample_weight=None):
     >>> brier_score(["a", "b"], [[1.0, 0.0], [0.5, 0.5]])  # (0 + 0.5) / 2
     0.25
     """
-    one_hot, proba, _ = _check_proba(y_true, y_proba, labels)
+    one_hot, proba, _ = check_probabilities(y_true, y_proba, labels)
     sq = np.sum((proba - one_hot) ** 2, axis=1, keepdims=True)
     return _average(sq, sample_weight, "uniform_average")
 
@@ -422,7 +447,7 @@ def expected_calibration_error(y_true, y_proba, n_bins=15, labels=None, *, sampl
     """
     if isinstance(n_bins, bool) or not isinstance(n_bins, numbers.Integral) or n_bins < 1:
         raise ValueError(f"n_bins must be a positive integer, got {n_bins!r}.")
-    one_hot, proba, _ = _check_proba(y_true, y_proba, labels)
+    one_hot, proba, _ = check_probabilities(y_true, y_proba, labels)
     w = _check_weights(sample_weight, proba.shape[0])
     w = np.ones(proba.shape[0]) if w is None else w
     top = np.argmax(proba, axis=1)

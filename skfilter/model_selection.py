@@ -245,6 +245,76 @@ def _classification_metric(name, labels):
     }[name]
 
 
+def metric_function(name, classifier, labels=None):
+    """The prequential metric ``name`` as a function of the predictions.
+
+    Parameters
+    ----------
+    name : str
+        A metric of :data:`REGRESSION_METRICS` / :data:`CLASSIFICATION_METRICS` or a scorer name of
+        :data:`skfilter.metrics.SCORERS`.
+    classifier : bool
+        Whether the predictions are class probabilities.
+    labels : array-like of shape (n_classes,), default=None
+        The classes in column order (classifiers).
+
+    Returns
+    -------
+    callable
+        ``f(y, mean, std)`` for regressors, ``f(y, proba)`` for classifiers.
+
+    Examples
+    --------
+    >>> from skfilter.model_selection import metric_function
+    >>> float(metric_function("rmse", classifier=False)([0.0, 2.0], [0.0, 0.0], None))
+    1.4142135623730951
+    """
+    return _classification_metric(name, labels) if classifier else _regression_metric(name)
+
+
+def needs_std(name):
+    """Whether the regression metric ``name`` needs the predictive standard deviation.
+
+    Parameters
+    ----------
+    name : str
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> from skfilter.model_selection import needs_std
+    >>> needs_std("rmse"), needs_std("nlpd")
+    (False, True)
+    """
+    return _needs_std(name)
+
+
+def scoring_items(scoring, classifier):
+    """``[(name, metric)]`` of a ``scoring`` argument (:func:`prequential_score`).
+
+    Parameters
+    ----------
+    scoring : str, callable, list of those, dict of name → those, or None
+        None: ``('accuracy', 'log_loss')`` for classifiers, ``('rmse', 'nlpd', 'coverage')`` else.
+    classifier : bool
+
+    Returns
+    -------
+    list of (str, str or callable)
+        Each metric's reported name and the metric (a name for :func:`metric_function`, or a callable).
+
+    Examples
+    --------
+    >>> from skfilter.model_selection import scoring_items
+    >>> scoring_items(["rmse", "mae"], classifier=False)
+    [('rmse', 'rmse'), ('mae', 'mae')]
+    """
+    return _scoring_items(scoring, classifier)
+
+
 def _scoring_items(scoring, classifier):
     """``[(name, str metric name or callable)]`` from ``scoring``."""
     if scoring is None:

@@ -135,7 +135,7 @@ class StandardizedMLP(nn.Sequential):
     >>> net = StandardizedMLP(torch.nn.Linear(2, 1), input_offset=torch.tensor([10.0, 0.0]),
     ...                       input_scale=torch.tensor([2.0, 1.0]))
     >>> with torch.no_grad():
-    ...     net[0].weight.fill_(1.0); net[0].bias.zero_()
+    ...     _ = net[0].weight.fill_(1.0), net[0].bias.zero_()
     >>> net(torch.tensor([[12.0, 3.0]])).item()  # (12 − 10)/2 + 3/1
     4.0
     """

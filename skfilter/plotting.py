@@ -265,8 +265,8 @@ def plot_prequential(y_true, y_pred, *, std=None, metrics=None, window=None, lab
     >>> [line.get_label() for line in ax.lines]
     ['rmse', 'nlpd']
     """
-    from .metrics import _check_proba
-    from .model_selection import REGRESSION_METRICS, _classification_metric, _regression_metric, _scoring_items
+    from .metrics import check_probabilities
+    from .model_selection import metric_function, needs_std, scoring_items
 
     _require_matplotlib()
     max_points = _check_int(max_points, "max_points", minimum=2)
@@ -275,7 +275,7 @@ def plot_prequential(y_true, y_pred, *, std=None, metrics=None, window=None, lab
     classifier = _metric_kind(metrics, y_true, y_pred, std)
     if metrics is None and not classifier:
         metrics = ("rmse",) if std is None else ("rmse", "nlpd", "coverage")
-    items = _scoring_items(metrics, classifier)
+    items = scoring_items(metrics, classifier)
 
     pred = check_array(y_pred, ensure_2d=False, dtype=np.float64, ensure_all_finite="allow-nan",
                        input_name="y_pred")
@@ -302,14 +302,14 @@ def plot_prequential(y_true, y_pred, *, std=None, metrics=None, window=None, lab
     y_arr, pred, std = y_arr[rows], pred[rows], None if std is None else std[rows]
 
     if classifier:
-        _, proba, labels = _check_proba(y_arr, pred, labels)  # validates the probabilities
-        fns = [(n, s if callable(s) else _classification_metric(s, labels)) for n, s in items]
+        _, proba, labels = check_probabilities(y_arr, pred, labels)  # validates the probabilities
+        fns = [(n, s if callable(s) else metric_function(s, True, labels)) for n, s in items]
         args = (y_arr, proba)
     else:
-        missing = [n for n, s in items if not callable(s) and REGRESSION_METRICS.get(s, True) and std is None]
+        missing = [n for n, s in items if not callable(s) and needs_std(s) and std is None]
         if missing:
             raise ValueError(f"The metrics {missing} need the predictive std: pass std=.")
-        fns = [(n, s if callable(s) else _regression_metric(s)) for n, s in items]
+        fns = [(n, s if callable(s) else metric_function(s, False)) for n, s in items]
         args = (y_arr, pred, std)
 
     n = len(rows)
@@ -486,14 +486,14 @@ def plot_reliability(y_true, proba, *, n_bins=10, labels=None, ax=None):
     """
     from sklearn.calibration import calibration_curve
 
-    from .metrics import _check_proba, expected_calibration_error
+    from .metrics import check_probabilities, expected_calibration_error
 
     _require_matplotlib()
     n_bins = _check_int(n_bins, "n_bins")
     y_arr = np.asarray(y_true)
     if y_arr.ndim == 2 and y_arr.shape[1] == 1:
         y_arr = y_arr[:, 0]
-    one_hot, p, labels = _check_proba(y_arr, proba, labels)
+    one_hot, p, labels = check_probabilities(y_arr, proba, labels)
     p = np.clip(p, 0.0, 1.0)
     if p.shape[1] == 2:
         hit, conf = one_hot[:, 1], p[:, 1]

@@ -66,7 +66,7 @@ class BlockDiagonal(Structure):
     >>> prior = structure.prior(torch.zeros(3, dtype=torch.float64), 1.0)
     >>> post, _ = structure.update(prior, torch.tensor([[1.0, 0.0, 1.0]], dtype=torch.float64),
     ...                            torch.tensor([3.0], dtype=torch.float64))
-    >>> post.mean.tolist()
+    >>> [round(v, 12) for v in post.mean.tolist()]
     [1.0, 0.0, 1.0]
     """
 

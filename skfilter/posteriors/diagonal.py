@@ -135,8 +135,8 @@ class DiagonalCovariance(Structure):
     >>> prior = structure.prior(torch.zeros(2, dtype=torch.float64), 1.0)
     >>> post, _ = structure.update(prior, torch.tensor([[1.0, 1.0]], dtype=torch.float64),
     ...                            torch.tensor([3.0], dtype=torch.float64))
-    >>> post.mean.tolist(), post.var.tolist()
-    ([1.0, 1.0], [0.6666666666666667, 0.6666666666666667])
+    >>> [round(v, 12) for v in post.mean.tolist()], [round(v, 12) for v in post.var.tolist()]
+    ([1.0, 1.0], [0.666666666667, 0.666666666667])
     """
 
     belief_type = DiagonalBelief

@@ -166,7 +166,7 @@ class FullCovariance(Structure):
     >>> prior = structure.prior(torch.zeros(2, dtype=torch.float64), 1.0)
     >>> post, info = structure.update(prior, torch.tensor([[1.0, 0.0]], dtype=torch.float64),
     ...                               torch.tensor([1.0], dtype=torch.float64))
-    >>> post.mean.tolist(), post.cov.diagonal().tolist()
+    >>> [round(v, 12) for v in post.mean.tolist()], [round(v, 12) for v in post.cov.diagonal().tolist()]
     ([0.5, 0.0], [0.5, 1.0])
     """
 
