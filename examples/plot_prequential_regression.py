@@ -12,12 +12,14 @@ one-step-ahead predictive of the last 100 rows with a ±2 std band.
 
 Usage::
 
-    python examples/plot_prequential_regression.py [OUTPUT.png]
+    python examples/plot_prequential_regression.py [--out DIR]
 
-The figure is written to ``OUTPUT.png`` (default: ``./prequential_regression.png``).
+The figure is written to ``DIR/prequential_regression.png`` (default ``DIR``: ``examples_output/``
+under the current directory, created if needed and ignored by git), never into the working directory
+itself.
 """
 
-import sys
+import argparse
 import time
 from pathlib import Path
 
@@ -32,7 +34,15 @@ from skfilter.datasets import load_uci  # noqa: E402
 from skfilter.model_selection import prequential_predict  # noqa: E402
 
 
-def main(out_path):
+#: default folder of the figure, relative to the current directory
+OUTPUT_DIR = Path("examples_output")
+
+
+def main(out_dir=OUTPUT_DIR):
+    """Run both filters, print their scores and write the figure; return its path."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out_path = out_dir / "prequential_regression.png"
     ds = load_uci("concrete")
     order = np.random.default_rng(0).permutation(len(ds.target))
     X, y = ds.data[order], ds.target[order]
@@ -73,9 +83,13 @@ def main(out_path):
     ax_pred.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out_path, dpi=120)
+    plt.close(fig)
     print(f"figure written to {out_path}")
+    return out_path
 
 
 if __name__ == "__main__":
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path.cwd() / "prequential_regression.png"
-    main(out)
+    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser.add_argument("--out", type=Path, default=OUTPUT_DIR,
+                        help="folder of the figure (created; default: %(default)s)")
+    main(parser.parse_args().out)

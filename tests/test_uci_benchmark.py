@@ -129,3 +129,30 @@ def test_diverging_winner_falls_back_to_the_runner_up():
     assert rec["hp"] == {"lr": 1e3} and rec["n_fallbacks"] == 2 and math.isfinite(rec["rmse"])
     rec = uci.evaluate({**task, "fallback_hps": []})
     assert rec["error"].startswith("diverged") and math.isnan(rec["rmse"])
+
+
+def test_uci_missing_data_folder_says_how_to_get_the_files(tmp_path, capsys):
+    missing = tmp_path / "no-such-folder"
+    assert main(["uci", "--quick", "--data-home", str(missing), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "concrete, yacht" in err and str(missing) in err
+    for needed in ("data.txt", "index_features.txt", "index_target.txt", "n_splits.txt", "index_train_k.txt",
+                   "--data-home", "SKFILTER_DATA_HOME", skfilter.datasets.UCI_SOURCE):
+        assert needed in err, needed
+    assert not (tmp_path / "out").exists()  # nothing run
+
+
+def test_uci_quick_without_shared_data_exits_2(tmp_path, capsys, monkeypatch):
+    # the layout of an installed package: no ../shared, no SKFILTER_DATA_HOME; only concrete is bundled
+    import skfilter.datasets._uci as _uci
+
+    monkeypatch.setattr(_uci, "default_data_home", lambda: None)
+    monkeypatch.setattr(skfilter.datasets, "default_data_home", lambda: None)
+    assert main(["uci", "--quick", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "yacht" in err and "concrete," not in err and "--datasets concrete" in err
+    with pytest.raises(FileNotFoundError, match="SKFILTER_DATA_HOME"):
+        skfilter.datasets.load_uci("yacht")
+    skfilter.datasets.check_uci_data("concrete")  # bundled
+    with pytest.raises(ValueError, match="Unknown"):
+        skfilter.datasets.check_uci_data(["nope"])

