@@ -32,6 +32,18 @@ class FilterClassifierMixin(ProbabilisticClassifierMixin, ClassifierMixin):
     #: benchmark, ``python -m skfilter.benchmarks defaults``: unit-variance logits keep one-pass
     #: classifiers under-confident and less accurate on iris, wine and digits)
     _auto_prior_scale = 3.0
+    #: the predictive ``loss_curve_`` scores when ``predictive='mc'`` (:meth:`BaseFilter._loss_predictive`)
+    _linearized_predictive = "probit"
+
+    def _prequential_loss(self, summaries, Y) -> float:
+        """The log loss of the one-step-ahead class probabilities ``summaries (n, K)`` of the
+        targets ``Y`` (the likelihood's matrix: the class index ``(n, 1)`` for two classes, one-hot
+        ``(n, K)`` otherwise), averaged over the rows (unweighted); probabilities are clipped at
+        the dtype's ``eps`` as :func:`sklearn.metrics.log_loss` does."""
+        index = Y[:, 0].long() if Y.shape[-1] == 1 else Y.argmax(-1)
+        p = summaries.gather(-1, index[:, None].to(summaries.device))[:, 0]
+        eps = torch.finfo(summaries.dtype).eps
+        return float(-torch.log(p.clamp(eps, 1 - eps)).mean())
 
     def _check_target_params(self):
         if self.predictive not in _CLASSIFICATION_PREDICTIVES:
@@ -150,7 +162,7 @@ class FilterClassifierMixin(ProbabilisticClassifierMixin, ClassifierMixin):
         """
         if not hasattr(self, "filter_state_") and classes is None:
             raise ValueError("classes must be passed on the first call to partial_fit.")
-        self._fit(X, y, sample_weight, reset=False, classes=classes, n_epochs=1)
+        self._fit(X, y, sample_weight, reset=False, classes=classes, n_epochs=1, loss=False)
         return self
 
     def prequential_fit_predict(self, X, y, *, return_std=False, method="predict", sample_weight=None,

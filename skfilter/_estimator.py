@@ -88,6 +88,12 @@ def _select_noise(noise, k):
     return None if noise is None else {key: value[k] for key, value in noise.items()}
 
 
+def _n_epochs_of(est) -> int:
+    """``est.n_epochs`` if it is an integer (validation reports anything else), else 1."""
+    n = getattr(est, "n_epochs", 1)
+    return n if isinstance(n, (int, np.integer)) and not isinstance(n, bool) else 1
+
+
 class BaseFilter(PrefixedParamsMixin, BaseEstimator):
     """Base class of the filter estimators (see the module docstring). Not for direct use."""
 
@@ -128,11 +134,19 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
             "process_noise": check_scalar(self.process_noise, "process_noise", low=0.0),
             "decay": check_scalar(self.decay, "decay", low=0.0, high=1.0),
             "batch_size": check_int(self.batch_size, "batch_size", 1),
+            "warm_start": self._check_warm_start(),
         }
         cfg.update(check_network_params(self))
         cfg.update(self._check_structure_params())
         cfg.update(self._check_target_params())
         return cfg
+
+    def _check_warm_start(self) -> bool:
+        """``warm_start`` must be a bool (an estimator built before it existed counts as False)."""
+        warm = getattr(self, "warm_start", False)
+        if not isinstance(warm, (bool, np.bool_)):
+            raise TypeError(f"warm_start must be a bool, got {warm!r}.")
+        return bool(warm)
 
     def _check_prior_variance(self):
         """``'auto'`` (the data-scaled prior of :mod:`skfilter.priors`) or a positive float."""
@@ -379,14 +393,21 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
         return (self._structural_params + self._target_structural_params + self._structure_structural_params
                 + tuple(k for k in vars(self) if k.startswith("module__")))
 
-    def _stream(self, X, Y, w, cfg, n_epochs, record=False):
+    def _stream(self, X, Y, w, cfg, n_epochs, record=False, loss=False):
         """Filter ``(X, Y, w)`` ``n_epochs`` times (shuffled after the first pass if ``shuffle``).
 
         With ``record``, returns the one-step-ahead predictive of every row made before its update
-        (see :meth:`_one_step_recorder`), as a tensor with one row per input row.
+        (see :meth:`_one_step_recorder`), as a tensor with one row per input row (of the last
+        pass). Every completed pass adds 1 to ``n_iter_``; with ``loss`` (or ``record``), it also
+        appends the pass's mean prequential loss to ``loss_curve_`` (:meth:`_prequential_loss`).
         """
         parts = self._engine_parts()
-        record = self._one_step_recorder(cfg) if record else None
+        if record:
+            record = self._one_step_recorder(cfg)
+        elif loss:  # the predictive the compiled kernels compute: never the Monte-Carlo one
+            record = self._one_step_recorder(cfg, self._loss_predictive())
+        else:
+            record = None
         Xt, Yt = self._tensor(X), self._tensor(self._target_matrix(Y))
         wt = None if w is None else self._tensor(w)
         n = Xt.shape[0]
@@ -410,15 +431,26 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
                         self.filter_state_ = exc.last_good_state
                     raise
                 self.filter_state_ = state  # one assignment: the new state is installed whole
+                self.n_iter_ = self.__dict__.get("n_iter_", 0) + 1
+                curve = self.__dict__.setdefault("loss_curve_", [])
+                curve.append(float("nan") if record is None else self._prequential_loss(out, Ye))
         finally:
             if bar is not None:
                 bar.close()
         return out
 
     # -- fitting --------------------------------------------------------------------------------
-    def _fit(self, X, y, sample_weight, *, reset, classes=None, n_epochs=None, record=False):
+    def _fit(self, X, y, sample_weight, *, reset, classes=None, n_epochs=None, record=False, loss=None):
+        """Validate, (re)build on a new stream, and filter. ``loss``: score every pass in
+        ``loss_curve_`` (default: only when ``record`` — the predictions are then computed anyway;
+        ``fit`` scores multi-pass fits only, ``partial_fit`` never; an unscored pass gets NaN).
+        Returns the one-step-ahead record of the last pass with ``record``."""
+        new_stream = reset or not hasattr(self, "filter_state_")
         X, Y, w, cfg = self._begin(X, y, sample_weight, reset=reset, classes=classes)
-        return self._stream(X, Y, w, cfg, cfg["n_epochs"] if n_epochs is None else n_epochs, record)
+        if new_stream or "n_iter_" not in self.__dict__:
+            self.n_iter_, self.loss_curve_ = 0, []
+        return self._stream(X, Y, w, cfg, cfg["n_epochs"] if n_epochs is None else n_epochs, record,
+                            record if loss is None else loss)
 
     def _begin(self, X, y, sample_weight, *, reset, classes=None):
         """Everything ``fit``/``partial_fit`` do before learning: validate the parameters and the
@@ -519,6 +551,10 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
         """Learn from the stream ``(X, y)`` starting from the prior, in row order.
 
         Makes ``n_epochs`` passes (the first in row order; later ones shuffled if ``shuffle``).
+        With ``warm_start=True`` a fitted estimator continues from its current belief (as
+        ``n_epochs`` more passes of ``partial_fit`` would) instead of starting from the prior.
+        Sets ``n_iter_`` (passes made on this stream) and ``loss_curve_`` (the mean prequential
+        loss of every pass when ``n_epochs > 1``; NaN for a single pass).
 
         Parameters
         ----------
@@ -534,7 +570,10 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
         -------
         self : object
         """
-        self._fit(X, y, sample_weight, reset=True)
+        # recording the one-step-ahead predictive costs 20–40 % of a pass on small networks: only a
+        # multi-pass fit, whose loss curve is the point, pays for it (a single pass gets NaN)
+        reset = not (self._check_warm_start() and hasattr(self, "filter_state_"))
+        self._fit(X, y, sample_weight, reset=reset, loss=_n_epochs_of(self) > 1)
         return self
 
     # -- predictive machinery -----------------------------------------------------------------
@@ -610,23 +649,34 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
             thetas = self._structure.sample(belief, n_samples, torch_generator(seed, self._device))
         return self._adapter.forward_batch(thetas, Xt)
 
-    def _one_step_recorder(self, cfg):
+    def _one_step_recorder(self, cfg, predictive=None):
         """A ``record`` callable for :func:`skfilter.filtering.filter_step` computing the estimator's
-        predictive (its ``predictive`` parameter) of the rows about to be learned, from the
-        predicted belief."""
+        predictive (its ``predictive`` parameter, or ``predictive``) of the rows about to be
+        learned, from the predicted belief."""
         gen = torch_generator(self._mc_seed, self._device)
         structure = self._structure
+        kind = self.predictive if predictive is None else predictive
 
         def record(X, f, quad, noise_state, predicted):
-            if self.predictive == "mc":
+            if kind == "mc":
                 thetas = structure.sample(predicted, self.n_mc_samples, gen)
                 return self._summarize(self._adapter.forward_batch(thetas, X), None, noise_state, "mc")
-            return self._summarize(f, quad.diagonal(dim1=-2, dim2=-1), noise_state, self.predictive)
+            return self._summarize(f, quad.diagonal(dim1=-2, dim2=-1), noise_state, kind)
 
         # only the Monte-Carlo predictive samples the predicted belief; the others need f and J Σ⁻ Jᵀ,
         # which the compiled kernels (skfilter.kernels) compute for every row of a call
-        record.needs_belief = self.predictive == "mc"
+        record.needs_belief = kind == "mc"
         return record
+
+    def _loss_predictive(self):
+        """The predictive ``loss_curve_`` scores: the estimator's, except that ``'mc'`` (which
+        would take the filter off the compiled kernels) is replaced by the linearised one."""
+        return self._linearized_predictive if self.predictive == "mc" else self.predictive
+
+    def _prequential_loss(self, summaries, Y) -> float:
+        """The mean loss of the one-step-ahead predictive summaries ``(n, ·)`` of a pass against its
+        targets ``Y`` (the likelihood's ``(n, C)`` matrix, in the pass's row order) (mixins)."""
+        raise NotImplementedError
 
     def _predictive_summary(self, Xt, rows=None):
         """The estimator's predictive at ``Xt`` from the current belief (see :meth:`_summarize`);

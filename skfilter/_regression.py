@@ -60,6 +60,18 @@ class FilterRegressorMixin(RegressorMixin):
     """
 
     _target_structural_params = ("likelihood", "obs_variance")
+    #: the predictive ``loss_curve_`` scores when ``predictive='mc'`` (:meth:`BaseFilter._loss_predictive`)
+    _linearized_predictive = "linearized"
+
+    def _prequential_loss(self, summaries, Y) -> float:
+        """The Gaussian negative log predictive density of the targets ``Y (n, C)`` under the
+        one-step-ahead predictive moments ``summaries (n, 3C)`` (mean; epistemic and aleatoric
+        variance): summed over the outputs, averaged over the rows (unweighted)."""
+        C = Y.shape[-1]
+        mean = summaries[:, :C]
+        var = (summaries[:, C:2 * C] + summaries[:, 2 * C:]).clamp_min(torch.finfo(summaries.dtype).tiny)
+        nlpd = 0.5 * (torch.log(2 * np.pi * var) + (Y - mean) ** 2 / var)
+        return float(nlpd.sum(-1).mean())
 
     def _check_target_params(self):
         if self.likelihood not in _REGRESSION_LIKELIHOODS:
@@ -151,7 +163,7 @@ class FilterRegressorMixin(RegressorMixin):
         -------
         self : object
         """
-        self._fit(X, y, sample_weight, reset=False, n_epochs=1)
+        self._fit(X, y, sample_weight, reset=False, n_epochs=1, loss=False)
         return self
 
     # -- predictive -----------------------------------------------------------------------------
