@@ -70,7 +70,8 @@ def _missing_message(names, homes) -> str:
     example = names[0]
     return (
         f"UCI dataset(s) {', '.join(names)} not found (looked in: {where}). 'concrete' ships with "
-        f"skfilter (used when no data folder is given); the other sets of the UCI regression benchmark must be downloaded.\n"
+        f"skfilter (used when no data folder is given); the other sets of the UCI regression benchmark "
+        f"must be downloaded.\n"
         f"  Files: one folder per dataset, named as the dataset, holding {', '.join(UCI_FILES)} "
         f"(whitespace-separated numbers, 0-based indices).\n"
         f"  Get them: the folder UCI_Datasets/<name>/data/ of {UCI_SOURCE} "
