@@ -24,8 +24,8 @@ from numba import njit
 from .linalg import all_finite, cholesky_into, solve_lower
 from .lofi import DONE, REDO_STEP
 from .mlp import mlp_buffers, mlp_forward_jacobian
-from .observations import (PREDICTIVE_WEIGHTING, observation_buffers, observe_step, outputs_within,
-                           record_outputs, restore, robust_step_weights)
+from .observations import (PREDICTIVE_WEIGHTING, observation_buffers, outputs_within, record_outputs, restore,
+                           weigh_and_observe)
 
 
 @njit(cache=True, nogil=True)
@@ -87,19 +87,11 @@ def diagonal_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, means, va
                         step_quad[i, c, c2] = s
                         step_quad[i, c2, c] = s
             if record:
-                record_outputs(F[:nb], noise, rec_f, rec_noise, row)
-                rec_quad[row:row + nb] = step_quad[:nb]
+                record_outputs(F[:nb], noise, step_quad, rec_f, rec_quad, rec_noise, row)
         # 4–5. noise estimate, whitening
-        if weight_kind > 0:  # WoLF: the rows' weights w · W² from the noise of the previous step
-            if not robust_step_weights(weight_kind, weight_c, F[:nb], Y[row:row + nb], w[row:row + nb], has_weights,
-                                       noise, step_quad, robust):
-                return row, REDO_STEP, cur
-            observed = observe_step(likelihood, F[:nb], Y[row:row + nb], robust[:nb], True, noise, noise_params,
-                                    adaptive, scale, H[:m], ew, tiny, pj, noise_before)
-        else:
-            observed = observe_step(likelihood, F[:nb], Y[row:row + nb], w[row:row + nb], has_weights, noise,
-                                    noise_params, adaptive, scale, H[:m], ew, tiny, pj, noise_before)
-        if not observed:
+        if not weigh_and_observe(likelihood, weight_kind, weight_c, F[:nb], Y[row:row + nb], w[row:row + nb],
+                                 has_weights, noise, noise_params, adaptive, scale, H[:m], ew, tiny, pj,
+                                 noise_before, step_quad, robust):
             return row, REDO_STEP, cur
         # 6. update
         if innovation:

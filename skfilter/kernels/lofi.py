@@ -22,8 +22,8 @@ from numba import njit
 
 from .linalg import FAST, all_finite, cholesky_into, cholesky_solve, combine_rows, gram_into, solve_lower
 from .mlp import mlp_buffers, mlp_forward_jacobian
-from .observations import (PREDICTIVE_WEIGHTING, observation_buffers, observe_step, outputs_within,
-                           record_outputs, restore, robust_step_weights)
+from .observations import (PREDICTIVE_WEIGHTING, observation_buffers, outputs_within, record_outputs, restore,
+                           weigh_and_observe)
 
 #: status codes returned by the kernels
 DONE, REDO_STEP = 0, 1
@@ -199,19 +199,11 @@ def lofi_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, means, diags,
                             s -= t
                         step_quad[i, c, c2] = s
             if record:
-                record_outputs(F[:nb], noise, rec_f, rec_noise, row)
-                rec_quad[row:row + nb] = step_quad[:nb]
+                record_outputs(F[:nb], noise, step_quad, rec_f, rec_quad, rec_noise, row)
         # 4–5. noise estimate (Gaussian), then whitening of each row
-        if weight_kind > 0:  # WoLF: the rows' weights w · W² from the noise of the previous step
-            if not robust_step_weights(weight_kind, weight_c, F[:nb], Y[row:row + nb], w[row:row + nb], has_weights,
-                                       noise, step_quad, robust):
-                return row, REDO_STEP, cur
-            observed = observe_step(likelihood, F[:nb], Y[row:row + nb], robust[:nb], True, noise, noise_params,
-                                    adaptive, scale, tilde[L:k], ew, tiny, pj, noise_before)
-        else:
-            observed = observe_step(likelihood, F[:nb], Y[row:row + nb], w[row:row + nb], has_weights, noise,
-                                    noise_params, adaptive, scale, tilde[L:k], ew, tiny, pj, noise_before)
-        if not observed:
+        if not weigh_and_observe(likelihood, weight_kind, weight_c, F[:nb], Y[row:row + nb], w[row:row + nb],
+                                 has_weights, noise, noise_params, adaptive, scale, tilde[L:k], ew, tiny, pj,
+                                 noise_before, step_quad, robust):
             return row, REDO_STEP, cur
         for a in range(L, k):
             for j in range(P):

@@ -196,14 +196,17 @@ def observation_buffers(batch, C, P, noise, dtype_like):
 
 
 @njit(cache=True, nogil=True)
-def record_outputs(F, noise, rec_f, rec_noise, row):
-    """Record the outputs ``F (nb, C)`` of a step's rows and the noise variances before the step
-    into rows ``row … row + nb − 1`` of ``rec_f`` and ``rec_noise`` (the recorded predictive)."""
+def record_outputs(F, noise, quad, rec_f, rec_quad, rec_noise, row):
+    """Record a step's predictive — the outputs ``F (nb, C)``, ``J Σ⁻ Jᵀ`` ``quad (nb, C, C)`` and the
+    noise variances before the step — into rows ``row … row + nb − 1`` of ``rec_f``, ``rec_quad``,
+    ``rec_noise``."""
     nb, C = F.shape
     for i in range(nb):
         for c in range(C):
             rec_f[row + i, c] = F[i, c]
             rec_noise[row + i, c] = noise[c]
+            for c2 in range(C):
+                rec_quad[row + i, c, c2] = quad[i, c, c2]
 
 
 @njit(cache=True, nogil=True)
@@ -262,3 +265,19 @@ def robust_step_weights(kind, threshold, F, Y, w, has_weights, noise, quad, out)
                 W2 = threshold / max(d, tiny) if d > threshold else 1.0
         out[i] = (w[i] if has_weights else 1.0) * W2
     return True
+
+
+@njit(cache=True, nogil=True)
+def weigh_and_observe(likelihood, weight_kind, weight_c, F, Y, w, has_weights, noise, noise_params, adaptive,
+                      scale, H, ew, tiny, pj, noise_before, quad, robust):
+    """Stages 4–6 of a step: the robust weights (``weight_kind > 0``, :func:`robust_step_weights`,
+    into ``robust``; ``quad`` the rows' ``J Σ⁻ Jᵀ`` for the predictive weighting), then
+    :func:`observe_step` with the rows' weights ``w · W²`` (or ``w``). Returns False when the step
+    must be handed back (nothing learned; the noise vector as before)."""
+    if weight_kind > 0:  # WoLF: the weights from the noise of the previous step
+        if not robust_step_weights(weight_kind, weight_c, F, Y, w, has_weights, noise, quad, robust):
+            return False
+        return observe_step(likelihood, F, Y, robust[:F.shape[0]], True, noise, noise_params, adaptive, scale, H,
+                            ew, tiny, pj, noise_before)
+    return observe_step(likelihood, F, Y, w, has_weights, noise, noise_params, adaptive, scale, H, ew, tiny, pj,
+                        noise_before)
