@@ -8,6 +8,7 @@ stops at to :func:`skfilter.filtering.filter_step`, and returns the new :class:`
 
 from __future__ import annotations
 
+import abc
 import weakref
 
 import numpy as np
@@ -193,7 +194,7 @@ def _numpy(t):
         return t.detach().numpy()
 
 
-class KernelPlan:
+class KernelPlan(abc.ABC):
     """The shared driver of the structure kernels (module docstring). Subclasses set the belief
     buffers (:meth:`load`), call their kernel (:meth:`call`) and rebuild a belief (:meth:`belief`)."""
 
@@ -236,19 +237,19 @@ class KernelPlan:
                 "scale": torch.from_numpy(scale.copy())[:, None]}
 
     # -- structure hooks ----------------------------------------------------------------------
+    @abc.abstractmethod
     def load(self, state, np_dtype):
         """Copy the belief of ``state`` into this plan's buffers (slot 0)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def call(self, X, Y, w, has_w, batch_size, common):
         """Run the kernel on these rows; returns ``(rows_done, status, slot)``."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def belief(self, slot, template, n_steps, final=False):
         """A new belief from buffer ``slot``; ``template`` the belief type's source. Fresh tensors,
         or with ``final`` (the call's last, the buffers are not written again) views of the buffers
         of this call for models up to :data:`ZERO_COPY_PARAMS` parameters."""
-        raise NotImplementedError
 
     def _tensor(self, array, final):
         """``array`` as a tensor: a view (``final`` and a small model) or a copy."""
@@ -303,17 +304,17 @@ class KernelPlan:
         return (FilterState(self.unstack(stacks, belief), noise, state.n_seen + nb),
                 StepOutput(None, None, out))
 
+    @abc.abstractmethod
     def stack(self, belief, np_dtype):
         """Fresh arrays of a stacked belief for :meth:`call_hypotheses` (updated in place)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def call_hypotheses(self, X, Y, w, has_w, batch_size, stacks, common):
         """Run the structure's hypotheses kernel; returns ``(k, status)``."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def unstack(self, stacks, template):
         """The stacked belief holding the arrays of :meth:`stack` (zero-copy)."""
-        raise NotImplementedError
 
     def run(self, parts, state, X, Y, sample_weight, batch_size, record, progress):
         belief = state.belief
