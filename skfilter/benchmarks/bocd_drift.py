@@ -222,9 +222,6 @@ def add_arguments(parser) -> None:
 
 
 def _main(args, kind) -> int:
-    from ._common import set_threads
-
-    set_threads(1)
     rows, sweep_rows, _ = run(kind, runs=args.runs, sweep_runs=min(args.sweep_runs, args.runs),
                               sweep_ks=tuple(args.sweep_ks), sweep_hazards=tuple(args.sweep_hazards),
                               n_steps=args.steps, warmup_runs=args.warmup_runs)

@@ -173,9 +173,6 @@ def add_arguments(parser) -> None:
 
 def main(args) -> int:
     """Run the segmentation benchmark (module docstring)."""
-    from ._common import set_threads
-
-    set_threads(1)
     rows = run(args.trials, tuple(args.ks))
     print(format_table(rows, COLUMNS))
     args.out.mkdir(parents=True, exist_ok=True)

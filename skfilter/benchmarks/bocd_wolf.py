@@ -253,9 +253,6 @@ def add_arguments(parser) -> None:
 
 def main(args) -> int:
     """Run the WoLF + BOCD benchmark (module docstring)."""
-    from ._common import set_threads
-
-    set_threads(1)
     rows, rolling = run(args.runs, args.steps)
     print(format_table(rows, COLUMNS))
     args.out.mkdir(parents=True, exist_ok=True)

@@ -50,7 +50,6 @@ from ._common import (
     load_warning,
     running_residual_std,
     running_rmse,
-    torch_threads,
     write_csv,
 )
 
@@ -441,7 +440,7 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    """Run :func:`run_demo` with parsed command-line ``args``; exit status 0."""
-    with torch_threads(args.threads):
-        run_demo(n_rows=args.n_rows, out=args.out, quick=args.quick, seed=args.seed, figure=not args.no_figure)
+    """Run :func:`run_demo` with parsed command-line ``args`` (``--threads`` is applied by
+    :func:`skfilter.benchmarks.__main__.main`); exit status 0."""
+    run_demo(n_rows=args.n_rows, out=args.out, quick=args.quick, seed=args.seed, figure=not args.no_figure)
     return 0

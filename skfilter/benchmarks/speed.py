@@ -51,7 +51,6 @@ Run as ``python -m skfilter.benchmarks speed`` (``make bench``); doc/speed.md ha
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
@@ -71,14 +70,12 @@ from ._common import (
     format_table,
     load_stream,
     load_warning,
-    machine_info,
     median,
     positive_int,
     synchronize,
     resource_usage,
     time_repeats_usage,
     usage_delta,
-    torch_threads,
 )
 
 HELP = ("issue 18's speed workloads (EKF/LoFi per step at P=501, streaming loop, digits fits, P=648,010) "
@@ -899,28 +896,6 @@ def notes(results, settings, env) -> list:
     return lines
 
 
-def source_revision() -> dict | None:
-    """The git commit of the measured package and whether its files differ from it (``None``
-    outside a git checkout, e.g. an installed wheel).
-
-    Returns
-    -------
-    dict or None
-        ``commit`` (hex), ``dirty`` (bool: uncommitted changes under the package directory).
-    """
-    import subprocess
-
-    pkg = Path(__file__).resolve().parents[1]
-    try:
-        commit = subprocess.run(["git", "-C", str(pkg), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=10, check=True).stdout.strip()
-        status = subprocess.run(["git", "-C", str(pkg), "status", "--porcelain", "--", "."], capture_output=True,
-                                text=True, timeout=10, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return {"commit": commit, "dirty": bool(status.strip())} if commit else None
-
-
 def _resolve_suites(suites, network):
     if network not in NETWORKS:
         raise ValueError(f"network must be one of {NETWORKS}, got {network!r}.")
@@ -1040,7 +1015,7 @@ def run_speed(configs=None, n_rows=None, repeats=5, device="cpu", dtype="float64
             results.extend(run_prepared(prepared, repeats, device))
         synchronize(device)
     _relate(results)
-    env = {**environment(), **machine_info(), "source": source_revision()}
+    env = environment()
     settings = {"suites": suites, "dataset": "concrete (standardised, shuffled with seed %d)" % seed,
                 "model": "MLP 8-50-1 ReLU", "n_rows": rows_main, "mnist_rows": rows_mnist, "repeats": repeats,
                 "fit_repeats": int(fit_repeats), "ekf_repeats": int(ekf_repeats), "digits_rows": digits_rows,
@@ -1125,21 +1100,6 @@ def add_arguments(parser) -> None:
                         help="legacy: 'mnist' = --suite mnist (LoFi r10 on MLP 784-500-500-10, P=648,010)")
 
 
-@contextlib.contextmanager
-def _blas_threads(n):
-    """Limit the BLAS/OpenMP pools numpy and scikit-learn use to ``n`` threads (threadpoolctl)."""
-    if not n:
-        yield None
-        return
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - a scikit-learn dependency
-        yield None
-        return
-    with threadpool_limits(limits=int(n)):
-        yield int(n)
-
-
 def main(args) -> int:
     """Run :func:`run_speed` with parsed command-line ``args``; exit status 0 (2 on a bad name or device)."""
     from .._utils import resolve_device
@@ -1168,9 +1128,9 @@ def main(args) -> int:
     mnist_configs = with_batch_sizes(mnist_configs, args.batch_sizes)
     command = "python -m skfilter.benchmarks speed" + "".join(" " + shlex.quote(a) for a in sys.argv[2:]) \
         if len(sys.argv) > 1 and sys.argv[1] == "speed" else None
-    with torch_threads(args.threads), _blas_threads(args.threads) as blas:
-        run_speed(configs, n_rows=args.n_rows, repeats=args.repeats, device=args.device, dtype=args.dtype,
-                  seed=args.seed, baseline=not args.no_baseline, json_path=args.json, suites=suites,
-                  mnist_configs=mnist_configs, fit_repeats=args.fit_repeats, ekf_repeats=args.ekf_repeats,
-                  digits_rows=args.digits_rows, markdown_path=args.markdown, blas_threads=blas, command=command)
+    run_speed(configs, n_rows=args.n_rows, repeats=args.repeats, device=args.device, dtype=args.dtype,
+              seed=args.seed, baseline=not args.no_baseline, json_path=args.json, suites=suites,
+              mnist_configs=mnist_configs, fit_repeats=args.fit_repeats, ekf_repeats=args.ekf_repeats,
+              digits_rows=args.digits_rows, markdown_path=args.markdown, blas_threads=args.threads or None,
+              command=command)
     return 0

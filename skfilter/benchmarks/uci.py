@@ -66,7 +66,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,7 +78,8 @@ from ._common import (
     format_table,
     int_at_least,
     positive_int,
-    set_threads,
+    limit_threads,
+    missing_uci_data,
     write_csv,
 )
 from ..metrics import gaussian_nlpd, interval_coverage
@@ -237,12 +237,14 @@ def _warm_up(config: Config):
     _WARM.add(config.method)
 
 
-def evaluate(task: dict) -> dict:
-    """Fit one configuration on one split's training stream and score it on the held-out rows.
+def evaluate(task: dict, data_home=None, threads=DEFAULT_THREADS) -> dict:
+    """Fit one configuration on one split's training stream and score it on the held-out rows,
+    with ``threads`` threads (:func:`~skfilter.benchmarks._common.limit_threads`) and the UCI files
+    of ``data_home``.
 
     ``task`` holds ``dataset``, ``split``, ``method``, ``rank``, ``passes``, ``hp``, ``seed``,
-    ``data_home``, ``n_train_max``, ``validation_fraction`` (None for a test run), ``threads``,
-    ``key`` and optionally ``fallback_hps``: hyper-parameters tried in turn when training with
+    ``n_train_max``, ``validation_fraction`` (None for a test run), ``key`` and optionally
+    ``fallback_hps``: hyper-parameters tried in turn when training with
     ``hp`` diverges (a :class:`~skfilter.exceptions.FilterStepError`, or non-finite predictions;
     no test target is used to decide). Returns the task's fields plus ``hp_used``, ``hp_rank``
     (0: ``hp``; k: the k-th fallback), ``n_fallbacks``, ``rmse``, ``nlpd`` (original units),
@@ -250,19 +252,19 @@ def evaluate(task: dict) -> dict:
     ``rmse_std`` (standardised), ``seconds_fit``, ``us_per_step``, ``seconds_per_pass`` (of the
     fit that was scored), ``n_train``, ``n_eval`` and ``error`` (None, or why there are no scores).
     """
-    set_threads(task.get("threads", DEFAULT_THREADS))
     config = Config(task["method"], task["rank"])
-    _warm_up(config)
-    data = prepare_split(task["dataset"], task["split"], task["data_home"], task["n_train_max"],
-                         task["validation_fraction"])
-    out = {k: v for k, v in task.items() if k not in ("data_home", "threads", "fallback_hps")}
-    fallbacks = list(task.get("fallback_hps") or [])
-    out.update(n_train=len(data["y"]), n_eval=len(data["y_eval"]), n_fallbacks=len(fallbacks))
-    for rank, hp in enumerate([task["hp"]] + fallbacks):
-        res = _fit_and_score(config, hp, data, int(task["passes"]), task["seed"])
-        out.update(res, hp_used=hp, hp_rank=rank)
-        if res["error"] is None:
-            break
+    out = {k: v for k, v in task.items() if k != "fallback_hps"}
+    with limit_threads(threads):
+        _warm_up(config)
+        data = prepare_split(task["dataset"], task["split"], data_home, task["n_train_max"],
+                             task["validation_fraction"])
+        fallbacks = list(task.get("fallback_hps") or [])
+        out.update(n_train=len(data["y"]), n_eval=len(data["y_eval"]), n_fallbacks=len(fallbacks))
+        for rank, hp in enumerate([task["hp"]] + fallbacks):
+            res = _fit_and_score(config, hp, data, int(task["passes"]), task["seed"])
+            out.update(res, hp_used=hp, hp_rank=rank)
+            if res["error"] is None:
+                break
     return out
 
 
@@ -302,58 +304,32 @@ def _key(kind, dataset, config, passes, split, hp, n_train_max, extra=""):
     return f"{kind}|{dataset}|{config.label}|p{passes}|s{split}|{hp_s}|n{n_train_max}|{extra}"
 
 
-def _read_jsonl(path):
-    done = {}
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:  # a line cut short by a kill
-                continue
-            done[rec["key"]] = rec
-    return done
-
-
-def _run_tasks(tasks, log_path, jobs, say, label, run=True):
-    """Run ``tasks`` (skipping those already in ``log_path``), appending each result as it arrives;
-    with ``run=False`` only read what is there."""
-    done = _read_jsonl(log_path)
-
-    def finished(t):
-        rec = done.get(t["key"])
-        # a failed run is redone if it could now try more fallback hyper-parameters
-        return rec is not None and (rec.get("error") is None
-                                    or rec.get("n_fallbacks", 0) >= len(t.get("fallback_hps") or []))
-
-    todo = [t for t in tasks if not finished(t)]
+def _run_tasks(tasks, memory, log_path, jobs, say, label, run=True, **context):
+    """Run ``tasks`` through :func:`evaluate` (``context``: its ``data_home`` and ``threads``), cached
+    by ``memory`` (a :class:`joblib.Memory`): a task finished before, also in a run killed half-way,
+    is loaded instead of recomputed. With ``run=False`` only the cached ones are read. Writes the
+    records, one JSON line each, to ``log_path``; returns them by ``key``."""
+    cached = memory.cache(evaluate, ignore=["data_home", "threads"])
+    todo = [t for t in tasks if not cached.check_call_in_cache(t, **context)]
     if not run:
-        say(f"{label}: {len(tasks)} runs, {len(tasks) - len(todo)} in {log_path.name}, {len(todo)} missing "
+        say(f"{label}: {len(tasks)} runs, {len(tasks) - len(todo)} cached, {len(todo)} missing "
             "(report only: not run)")
-        return done
-    say(f"{label}: {len(tasks)} runs, {len(tasks) - len(todo)} already in {log_path.name}, {len(todo)} to do"
+        return {t["key"]: cached(t, **context) for t in tasks if t not in todo}
+    say(f"{label}: {len(tasks)} runs, {len(tasks) - len(todo)} already cached, {len(todo)} to do"
         + (f" on {jobs} processes" if jobs > 1 and todo else ""))
-    if not todo:
-        return done
     t0 = time.perf_counter()
-    if jobs > 1:
+    if jobs > 1 and todo:
         from joblib import Parallel, delayed
 
-        results = Parallel(n_jobs=jobs, return_as="generator_unordered")(delayed(evaluate)(t) for t in todo)
+        results = Parallel(n_jobs=jobs, return_as="generator_unordered")(delayed(cached)(t, **context) for t in todo)
     else:
-        results = (evaluate(t) for t in todo)
-    with log_path.open("a") as fh:
-        if log_path.stat().st_size and not log_path.read_bytes().endswith(b"\n"):
-            fh.write("\n")  # a line cut short by a kill: start the next record on its own line
-        for i, rec in enumerate(results, 1):
-            fh.write(json.dumps(rec) + "\n")
-            fh.flush()
-            done[rec["key"]] = rec
-            if i == len(todo) or i % max(1, len(todo) // 20) == 0:
-                el = time.perf_counter() - t0
-                say(f"  {i}/{len(todo)} done, {el:.0f} s elapsed, ~{el / i * (len(todo) - i):.0f} s left")
+        results = (cached(t, **context) for t in todo)
+    for i, _ in enumerate(results, 1):
+        if i == len(todo) or i % max(1, len(todo) // 20) == 0:
+            el = time.perf_counter() - t0
+            say(f"  {i}/{len(todo)} done, {el:.0f} s elapsed, ~{el / i * (len(todo) - i):.0f} s left")
+    done = {t["key"]: cached(t, **context) for t in tasks}
+    log_path.write_text("".join(json.dumps(rec) + "\n" for rec in done.values()))
     return done
 
 
@@ -566,10 +542,11 @@ def run_uci(datasets=DATASETS, configs=None, splits=20, passes_list=(1,), out="u
     data_home = None if data_home is None else str(data_home)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    results_path, search_path = out / "results.jsonl", out / "search.jsonl"
+    from joblib import Memory
+
+    memory = Memory(out / "cache", verbose=0)
     if fresh and not report_only:
-        for p in (results_path, search_path):
-            p.unlink(missing_ok=True)
+        memory.clear(warn=False)
     split_lists = {d: list(range(min(int(splits), uci_n_splits(d, data_home)))) for d in datasets}
     say(f"UCI benchmark: {len(datasets)} dataset(s), {len(configs)} configuration(s), passes {list(passes_list)}, "
         f"splits {max(len(s) for s in split_lists.values())}, grid '{grid}', selection by validation {select}; "
@@ -577,8 +554,7 @@ def run_uci(datasets=DATASETS, configs=None, splits=20, passes_list=(1,), out="u
 
     def base(d, c, p, s, hp, kind, vfrac):
         return {"dataset": d, "split": s, "method": c.method, "rank": c.rank, "passes": p, "hp": hp,
-                "seed": seed + s, "data_home": data_home, "n_train_max": n_train_max,
-                "validation_fraction": vfrac, "threads": threads, "kind": kind,
+                "seed": seed + s, "n_train_max": n_train_max, "validation_fraction": vfrac, "kind": kind,
                 "key": _key(kind, d, c, p, s, hp, n_train_max, f"v{vfrac}" if vfrac else "")}
 
     # 1. search
@@ -587,7 +563,8 @@ def run_uci(datasets=DATASETS, configs=None, splits=20, passes_list=(1,), out="u
     search_tasks = [base(d, c, p, s, hp, "search", tune_fraction)
                     for d in datasets for c in configs for p in passes_list for s in tune_splits[d]
                     for hp in grid_points(c, grid)]
-    trials = _run_tasks(search_tasks, search_path, jobs, say, "search", run=not report_only)
+    trials = _run_tasks(search_tasks, memory, out / "search.jsonl", jobs, say, "search", run=not report_only,
+                        data_home=data_home, threads=threads)
     ranked, incomplete = {}, set()
     for t in search_tasks:
         k = (t["dataset"], Config(t["method"], t["rank"]), t["passes"], t["split"])
@@ -620,7 +597,8 @@ def run_uci(datasets=DATASETS, configs=None, splits=20, passes_list=(1,), out="u
                     task = base(d, c, p, s, hp, "test", None)
                     task["fallback_hps"] = spare
                     test_tasks.append(task)
-    done = _run_tasks(test_tasks, results_path, jobs, say, "test runs", run=not report_only)
+    done = _run_tasks(test_tasks, memory, out / "results.jsonl", jobs, say, "test runs", run=not report_only,
+                      data_home=data_home, threads=threads)
     runs = [done[t["key"]] for t in test_tasks if t["key"] in done]
 
     # 3. tables, files
@@ -773,20 +751,15 @@ def main(args) -> int:
     if not 0 < args.tune_fraction < 1:
         print(f"--tune-fraction must be in (0, 1), got {args.tune_fraction}")
         return 2
-    from ..datasets import UCI_DATASETS, check_uci_data, default_data_home
+    from ..datasets import UCI_DATASETS
 
     bad = [d for d in datasets if d not in UCI_DATASETS]
     if bad:
         print(f"unknown dataset(s) {bad}; choose from {list(UCI_DATASETS)}")
         return 2
-    home = args.data_home if args.data_home is not None else default_data_home()  # as run_uci resolves it
-    try:  # before any work: say which files are missing and how to get them
-        check_uci_data(datasets, home)
-    except FileNotFoundError as exc:
-        hint = ("\n  Without downloading: --datasets concrete runs on the bundled concrete set."
-                if home is None and datasets != ["concrete"] else "")
-        print(f"uci: {exc}{hint}", file=sys.stderr)
-        return 2
+    status = missing_uci_data("uci", datasets, args.data_home)  # before any work
+    if status:
+        return status
     run_uci(datasets=datasets, configs=configs,
             splits=args.splits or (QUICK["splits"] if quick else 20), passes_list=args.passes or (1,),
             out=args.out, data_home=args.data_home, jobs=args.jobs, n_train_max=args.n_train_max,

@@ -59,7 +59,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._common import current_load, format_table, load_warning, positive_int
+from ._common import current_load, format_table, limit_threads, load_warning, positive_int
 from ._wolf_common import (format_params, grid_search, n_inner_cost, ogd_prequential, prequential, rmedse,
                            timed_prequential, write_text)
 
@@ -245,10 +245,8 @@ def run(orderings=ORDERINGS, n_trials=10, tune_trials=2, out=None, figure=True, 
     """Run the benchmark (module docstring); returns ``rows``, ``text``, ``path``, ``figure``."""
     import torch
 
-    from ._common import torch_threads
-
     load = current_load()
-    with torch_threads(1):
+    with limit_threads(1):
         results = [run_ordering(o, n_trials, tune_trials, grids, n_steps, progress) for o in orderings]
     rows = [r for res in results for r in res["rows"]]
     header = (f"1-D MLP regression with 5 % U[−40, 40] outliers (thesis §4.7.3): MLP 1-10-10-1 ReLU, Q = 1e-4 I, "
