@@ -180,13 +180,3 @@ def format_params(params: dict) -> str:
         return str(v)
 
     return ", ".join(f"{k}={fmt(v)}" for k, v in params.items())
-
-
-def write_text(path, text: str):
-    """Write ``text`` to ``path`` (parents created); returns the path."""
-    from pathlib import Path
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path

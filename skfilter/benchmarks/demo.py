@@ -50,6 +50,7 @@ from ._common import (
     load_warning,
     running_residual_std,
     running_rmse,
+    save_figure,
     write_csv,
 )
 
@@ -329,10 +330,7 @@ def plot(runs: dict, stream: Bunch, path, focus: str = "EKF full", last: int = 1
     ax1.grid(True, alpha=0.3)
     ax1.legend(fontsize=8)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=120)
 
 
 def run_demo(n_rows=None, out="demo_output", quick: bool = False, seed: int = 0, methods=None,

@@ -59,7 +59,6 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -76,6 +75,7 @@ from ._common import (
     resource_usage,
     time_repeats_usage,
     usage_delta,
+    write_text,
 )
 
 HELP = ("issue 18's speed workloads (EKF/LoFi per step at P=501, streaming loop, digits fits, P=648,010) "
@@ -358,8 +358,12 @@ class _Prepared:
 
 def prepare_config(cfg: SpeedConfig, stream, n_rows=DEFAULT_N_ROWS, device="cpu", dtype="float64", seed=0,
                    warmup_rows=WARMUP_ROWS, section="concrete", unit="µs/step") -> _Prepared:
-    """Build ``cfg``'s estimator and fit it on the warm-up rows; the timed call learns the next
-    ``n_rows`` rows in one ``partial_fit`` (see :func:`time_config`)."""
+    """Build ``cfg``'s estimator and fit it on the warm-up rows (``stream``: from
+    :func:`~skfilter.benchmarks._common.load_stream` or :func:`synthetic_image_stream`); the timed
+    call learns the next ``n_rows`` rows in one ``partial_fit``. Its row (:func:`run_prepared`)
+    holds ``us_per_row`` (median), ``us_per_row_min``, ``us_per_step`` (per filter step of
+    ``batch_size`` rows), ``value`` in ``unit``, ``n_params``, ``times`` (seconds per call),
+    ``faults_per_step``, ``sys_share`` and the other resource counts, ``error``."""
     from ..exceptions import FilterStepError
 
     est = cfg.make(device, dtype, seed, cfg.batch_size)
@@ -408,38 +412,6 @@ def run_prepared(prepared, repeats=5, device="cpu") -> list:
     return [p.finish(r) for p, r in zip(prepared, results)]
 
 
-def time_config(cfg: SpeedConfig, stream, n_rows=DEFAULT_N_ROWS, repeats=5, device="cpu", dtype="float64", seed=0,
-                warmup_rows=WARMUP_ROWS, section="concrete", unit="µs/step") -> dict:
-    """Time one per-step configuration (see the module docstring).
-
-    Parameters
-    ----------
-    cfg : SpeedConfig
-    stream : Bunch
-        From :func:`~skfilter.benchmarks._common.load_stream` or :func:`synthetic_image_stream`.
-    n_rows : int, default=500
-        Rows learned per timed ``partial_fit`` call.
-    repeats : int, default=5
-        Timed calls (the median is reported).
-    device, dtype : str
-    seed : int, default=0
-    warmup_rows : int, default=WARMUP_ROWS
-        Rows of the untimed ``fit`` before the timed calls.
-    section : str, default='concrete'
-    unit : {'µs/step', 'ms/step'}
-        Unit of ``value`` (``us_per_step`` is always in µs).
-
-    Returns
-    -------
-    dict
-        ``us_per_row`` (median), ``us_per_row_min``, ``us_per_step`` (per filter step of
-        ``batch_size`` rows), ``value``/``unit``, ``n_params``, ``times`` (seconds per call),
-        ``faults_per_step``, ``sys_share`` and the other resource counts, ``error``.
-    """
-    prepared = prepare_config(cfg, stream, n_rows, device, dtype, seed, warmup_rows, section, unit)
-    return run_prepared([prepared], repeats, device)[0]
-
-
 def _mlp(classifier, hidden, seed):
     from sklearn.neural_network import MLPClassifier, MLPRegressor
 
@@ -448,7 +420,9 @@ def _mlp(classifier, hidden, seed):
 
 def prepare_mlp_baseline(stream, n_rows=DEFAULT_N_ROWS, seed=0, hidden=(50,), classifier=False,
                          warmup_rows=WARMUP_ROWS, section="reference") -> _Prepared:
-    """scikit-learn's ``partial_fit`` loop ready to time (see :func:`time_mlp_baseline`)."""
+    """scikit-learn's ``MLPRegressor`` (``classifier``: ``MLPClassifier``, classes from the whole
+    stream) ``partial_fit`` on one row per call, ``n_rows`` calls per timed repeat, ready to time;
+    its row has the keys of :func:`prepare_config`'s (``value`` in µs/row)."""
     est = _mlp(classifier, hidden, seed)
     name = "MLPClassifier.partial_fit" if classifier else REFERENCE
     kw = {"classes": np.unique(stream.y)} if classifier else {}
@@ -471,33 +445,6 @@ def prepare_mlp_baseline(stream, n_rows=DEFAULT_N_ROWS, seed=0, hidden=(50,), cl
                     **_usage_fields(usage, n_rows * len(times)))
 
     return _Prepared(loop, finish)
-
-
-def time_mlp_baseline(stream, n_rows=DEFAULT_N_ROWS, repeats=5, seed=0, hidden=(50,), classifier=False,
-                      warmup_rows=WARMUP_ROWS, section="reference") -> dict:
-    """Time scikit-learn's ``MLPRegressor`` (or ``MLPClassifier``) ``partial_fit`` on one row per
-    call (CPU, float64).
-
-    Parameters
-    ----------
-    stream : Bunch
-    n_rows : int, default=500
-        Calls per timed repeat.
-    repeats : int, default=5
-    seed : int, default=0
-    hidden : tuple of int, default=(50,)
-    classifier : bool, default=False
-        ``MLPClassifier`` (classes from the whole stream) instead of ``MLPRegressor``.
-    warmup_rows : int, default=WARMUP_ROWS
-    section : str, default='reference'
-
-    Returns
-    -------
-    dict
-        Same keys as :func:`time_config` (``value`` in µs/row).
-    """
-    prepared = prepare_mlp_baseline(stream, n_rows, seed, hidden, classifier, warmup_rows, section)
-    return run_prepared([prepared], repeats)[0]
 
 
 def time_streaming(stream, n_rows=DEFAULT_N_ROWS, repeats=5, device="cpu", dtype="float64", seed=0,
@@ -982,7 +929,7 @@ def run_speed(configs=None, n_rows=None, repeats=5, device="cpu", dtype="float64
     results = []
     if baseline and "concrete" not in suites:
         say(f"  timing {REFERENCE} (reference) ...", flush=True)
-        results.append(time_mlp_baseline(concrete, rows_main, repeats, seed))
+        results.extend(run_prepared([prepare_mlp_baseline(concrete, rows_main, seed)], repeats))
     for section in suites:
         say(f"  [{section}] {SECTIONS[section]}", flush=True)
         if section == "concrete":
@@ -1042,27 +989,18 @@ def run_speed(configs=None, n_rows=None, repeats=5, device="cpu", dtype="float64
            "seconds": time.perf_counter() - t0}
     settings["seconds"] = out["seconds"]
     if json_path is not None:
-        path = _prepare(json_path)
-        path.write_text(json.dumps({k: out[k] for k in ("environment", "settings", "results", "notes")}, indent=2,
-                                   default=str) + "\n")
+        path = write_text(json_path, json.dumps({k: out[k] for k in ("environment", "settings", "results", "notes")},
+                                                indent=2, default=str) + "\n")
         out["json_path"] = path
         say(f"  results written to {path}")
     if markdown_path is not None:
-        path = _prepare(markdown_path)
         load = "n/a" if load_before is None else f"{load_before:.2f}"
-        path.write_text(f"<!-- generated by {command or 'python -m skfilter.benchmarks speed'}; 1-min load "
-                        f"average before the run: {load} -->\n\n" + format_table(shown, COLUMNS, markdown=True)
-                        + "\n\n" + "\n".join(f"- {line}" for line in lines) + "\n")
+        path = write_text(markdown_path, format_table(shown, COLUMNS, markdown=True) + "\n\n"
+                          + "\n".join(f"- {line}" for line in lines) + "\n",
+                          f"{(command or 'speed').removeprefix('python -m skfilter.benchmarks ')}; 1-min load average before the run: {load}")
         out["markdown_path"] = path
         say(f"  table written to {path}")
     return out
-
-
-def _prepare(path) -> Path:
-    path = Path(path)
-    if path.parent != Path(""):
-        path.parent.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 #: ``--json`` / ``--markdown`` without a path

@@ -80,6 +80,7 @@ from ._common import (
     positive_int,
     limit_threads,
     missing_uci_data,
+    save_figure,
     write_csv,
 )
 from ..metrics import gaussian_nlpd, interval_coverage
@@ -481,10 +482,7 @@ def plot_rmse_vs_rank(summary, datasets, passes, path):
         fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
     fig.suptitle("UCI regression: ours (solid) vs the LoFi paper (dashed); mean ± SE over splits", fontsize=10)
     fig.tight_layout(rect=(0, 0.05, 1, 0.96))
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 # -- the command ----------------------------------------------------------------------------------

@@ -59,9 +59,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ._common import current_load, format_table, limit_threads, load_warning, positive_int
+from ._common import (current_load, format_table, limit_threads, load_warning, positive_int, save_figure,
+                      write_text)
 from ._wolf_common import (format_params, grid_search, n_inner_cost, ogd_prequential, prequential, rmedse,
-                           timed_prequential, write_text)
+                           timed_prequential)
 
 HELP = "WoLF for online 1-D MLP regression with outliers, sorted/unsorted (thesis §4.7.3): RMedSE, figure"
 
@@ -233,11 +234,7 @@ def plot_example(results, path) -> Path:
                         else "predict(x, return_std=True) after one pass"))
         ax.legend(fontsize=7, loc="lower right", ncol=2)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def run(orderings=ORDERINGS, n_trials=10, tune_trials=2, out=None, figure=True, grids=None, n_steps=N_STEPS,

@@ -79,8 +79,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ._common import current_load, format_table, limit_threads, load_warning, positive_int
-from ._wolf_common import format_params, grid_search, n_inner_cost, write_text
+from ._common import current_load, format_table, limit_threads, load_warning, positive_int, write_text
+from ._wolf_common import format_params, grid_search, n_inner_cost
 
 HELP = "WoLF on 2-D tracking with Student-t / mixture outliers (thesis §4.7.1, Table 4.2): J_T and time vs KF"
 

@@ -67,9 +67,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ._common import current_load, format_table, limit_threads, load_warning, missing_uci_data, positive_int
-from ._wolf_common import (format_params, grid_search, n_inner_cost, ogd_prequential, rmedse, timed_prequential,
-                           write_text)
+from ._common import (current_load, format_table, limit_threads, load_warning, missing_uci_data, positive_int,
+                      write_text)
+from ._wolf_common import format_params, grid_search, n_inner_cost, ogd_prequential, rmedse, timed_prequential
 
 HELP = "WoLF on UCI regression with 10% target outliers (thesis §4.7.2, Fig. 4.5): RMedSE and time vs OGD"
 
