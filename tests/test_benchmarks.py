@@ -152,5 +152,5 @@ def test_scores_and_table_helpers(tmp_path):
     md = _common.format_table([{"name": "a", "v": 1.0}], cols, markdown=True)
     assert md.splitlines()[0].startswith("| name") and "---:" in md
     assert md.splitlines()[2] == "| a      |    1.00 |"
-    csv = _common.write_csv(tmp_path / "t.csv", [{"name": "a", "v": 0.5}, {"name": "b", "v": None}], cols)
+    csv = _common.write_csv(tmp_path / "t.csv", [{"name": "a", "v": 0.5}, {"name": "b", "v": None}], ["name", "v"])
     assert csv.read_text().splitlines() == ["name,v", "a,0.5", "b,"]

@@ -456,11 +456,11 @@ def save_figure(fig, path, dpi: int = 110) -> Path:
     return path
 
 
-def write_csv(path, rows, columns) -> Path:
-    """Write ``rows`` (dicts) to ``path`` with one column per ``(key, header, fmt)``; raw values
+def write_csv(path, rows, keys) -> Path:
+    """Write ``rows`` (dicts) to ``path``, one column per key of ``keys`` in that order; raw values
     (:meth:`pandas.DataFrame.to_csv`, missing values empty)."""
     import pandas as pd
 
     path = Path(path)
-    pd.DataFrame(list(rows), columns=[k for k, _, _ in columns]).to_csv(path, index=False)
+    pd.DataFrame(list(rows), columns=list(keys)).to_csv(path, index=False)
     return path

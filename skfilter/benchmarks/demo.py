@@ -87,28 +87,16 @@ class Method:
     params: dict = field(default_factory=dict)
 
 
-def _ekf(covariance, prior_variance, obs_variance):
-    params = dict(hidden_layer_sizes=(50,), activation="relu", covariance=covariance,
-                  prior_variance=prior_variance, obs_variance=obs_variance)
+def _filter(name, estimator, **structure):
+    """A filter :class:`Method` on the MLP 8-50-1 (``estimator``: a skfilter class name)."""
+    params = dict(hidden_layer_sizes=(50,), activation="relu", **structure)
 
     def make(seed):
-        from .. import EKFRegressor
+        import skfilter
 
-        return EKFRegressor(**params, random_state=seed)
+        return getattr(skfilter, estimator)(**params, random_state=seed)
 
-    return make, params
-
-
-def _lofi(rank, prior_variance, obs_variance):
-    params = dict(hidden_layer_sizes=(50,), activation="relu", rank=rank,
-                  prior_variance=prior_variance, obs_variance=obs_variance)
-
-    def make(seed):
-        from .. import LoFiRegressor
-
-        return LoFiRegressor(**params, random_state=seed)
-
-    return make, params
+    return Method(name, make, "filter", params)
 
 
 def _mlp(seed):
@@ -130,13 +118,9 @@ def default_methods() -> list:
     -------
     list of Method
     """
-    out = []
-    for name, cov, pv, r in [("EKF full", "full", 0.1, 0.1), ("EKF vd", "vd", 0.01, 0.1),
-                             ("EKF fd", "fd", 0.1, 0.1)]:
-        make, params = _ekf(cov, pv, r)
-        out.append(Method(name, make, "filter", params))
-    make, params = _lofi(10, 0.1, 0.1)
-    out.append(Method("LoFi rank 10", make, "filter", params))
+    out = [_filter(f"EKF {cov}", "EKFRegressor", covariance=cov, prior_variance=pv, obs_variance=0.1)
+           for cov, pv in (("full", 0.1), ("vd", 0.01), ("fd", 0.1))]
+    out.append(_filter("LoFi rank 10", "LoFiRegressor", rank=10, prior_variance=0.1, obs_variance=0.1))
     out.append(Method(REFERENCE, _mlp, "sklearn", {"hidden_layer_sizes": (50,), "solver": "adam",
                                                    "learning_rate_init": 1e-3}))
     out.append(Method("SGDRegressor.partial_fit", _sgd, "sklearn", {"learning_rate": "invscaling",
@@ -403,7 +387,7 @@ def run_demo(n_rows=None, out="demo_output", quick: bool = False, seed: int = 0,
     if warning:
         notes.append(warning)
     paths = {
-        "csv": write_csv(out / f"{STEM}.csv", rows, COLUMNS + [("error", "error", "")]),
+        "csv": write_csv(out / f"{STEM}.csv", rows, [k for k, _, _ in COLUMNS] + ["error"]),
         "markdown": out / f"{STEM}.md",
     }
     md = [f"# Prequential benchmark, UCI concrete ({n} rows)", "", format_table(rows, COLUMNS, markdown=True),

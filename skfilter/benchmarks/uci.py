@@ -342,17 +342,13 @@ def _score(rec, select):
 
 
 # -- aggregation and tables -----------------------------------------------------------------------
-def _mean_se(values):
-    """Mean and standard error (``ddof=1``) of the finite values (nan where undefined)."""
-    v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=np.float64)
-    if v.size == 0:
-        return float("nan"), float("nan")
-    return float(v.mean()), float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else float("nan")
+def _finite(values):
+    """The finite values as a :class:`pandas.Series` (its ``mean``, ``sem`` and ``std`` use
+    ``ddof=1`` and give nan where undefined)."""
+    import pandas as pd
 
-
-def _sd(values):
-    v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=np.float64)
-    return float(v.std(ddof=1)) if v.size > 1 else float("nan")
+    v = pd.Series(values, dtype=np.float64)
+    return v[np.isfinite(v)]
 
 
 def summarize(runs, configs, datasets, passes_list):
@@ -367,15 +363,14 @@ def summarize(runs, configs, datasets, passes_list):
                 if not recs:
                     continue
                 ok = [r for r in recs if r["error"] is None]
-                rm, rse = _mean_se([r["rmse"] for r in ok])
-                nm, nse = _mean_se([r["nlpd"] for r in ok])
-                cm, cse = _mean_se([r.get("coverage") for r in ok])  # absent in logs of older versions
+                rmse, nlpd = _finite([r["rmse"] for r in ok]), _finite([r["nlpd"] for r in ok])
+                coverage = _finite([r.get("coverage") for r in ok])  # absent in logs of older versions
                 paper = paper_rmse(d, c.method, c.rank, p)
                 rows.append({
                     "dataset": d, "method": c.method, "rank": c.rank_label, "passes": p, "n_splits": len(recs),
-                    "n_failed": len(recs) - len(ok), "rmse": rm, "rmse_se": rse,
-                    "rmse_sd": _sd([r["rmse"] for r in ok]), "nlpd": nm, "nlpd_se": nse,
-                    "coverage": cm, "coverage_se": cse,
+                    "n_failed": len(recs) - len(ok), "rmse": rmse.mean(), "rmse_se": rmse.sem(),
+                    "rmse_sd": rmse.std(), "nlpd": nlpd.mean(), "nlpd_se": nlpd.sem(),
+                    "coverage": coverage.mean(), "coverage_se": coverage.sem(),
                     "n_fallback": sum(1 for r in ok if r.get("hp_rank", 0) > 0),
                     "us_per_step": float(np.median([r["us_per_step"] for r in (ok or recs)])),
                     "seconds_per_pass": float(np.median([r["seconds_per_pass"] for r in (ok or recs)])),
@@ -626,29 +621,20 @@ def run_uci(datasets=DATASETS, configs=None, splits=20, passes_list=(1,), out="u
     return {"summary": summary, "runs": runs, "hyperparameters": hyper, "paths": paths, "seconds": seconds}
 
 
-RUN_COLUMNS = [("dataset", "dataset", ""), ("method", "method", ""), ("rank", "rank", ""), ("passes", "passes", ""),
-               ("split", "split", ""), ("seed", "seed", ""), ("n_train", "n_train", ""), ("n_eval", "n_test", ""),
-               ("rmse", "rmse", ""), ("nlpd", "nlpd", ""), ("coverage", "coverage", ""),
-               ("rmse_std", "rmse_std", ""),
-               ("seconds_fit", "seconds_fit", ""), ("us_per_step", "us_per_step", ""), ("hp", "hp", ""),
-               ("hp_rank", "hp_rank", ""), ("hp_used", "hp_used", ""), ("error", "error", "")]
-SUMMARY_COLUMNS = [("dataset", "dataset", ""), ("method", "method", ""), ("rank", "rank", ""),
-                   ("passes", "passes", ""), ("n_splits", "n_splits", ""), ("n_failed", "n_failed", ""),
-                   ("n_fallback", "n_fallback", ""),
-                   ("rmse", "rmse", ""), ("rmse_se", "rmse_se", ""), ("rmse_sd", "rmse_sd", ""),
-                   ("paper_rmse", "paper_rmse", ""),
-                   ("paper_rmse_se", "paper_rmse_se", ""), ("nlpd", "nlpd", ""), ("nlpd_se", "nlpd_se", ""),
-                   ("coverage", "coverage", ""), ("coverage_se", "coverage_se", ""),
-                   ("us_per_step", "us_per_step", ""), ("seconds_per_pass", "seconds_per_pass", ""),
-                   ("paper_seconds", "paper_seconds", ""), ("hp", "hp", "")]
+#: columns of results.csv (one row per test run) and summary.csv
+RUN_FIELDS = ("dataset", "method", "rank", "passes", "split", "seed", "n_train", "n_eval", "rmse", "nlpd", "coverage",
+              "rmse_std", "seconds_fit", "us_per_step", "hp", "hp_rank", "hp_used", "error")
+SUMMARY_FIELDS = ("dataset", "method", "rank", "passes", "n_splits", "n_failed", "n_fallback", "rmse", "rmse_se",
+                  "rmse_sd", "paper_rmse", "paper_rmse_se", "nlpd", "nlpd_se", "coverage", "coverage_se",
+                  "us_per_step", "seconds_per_pass", "paper_seconds", "hp")
 
 
 def _write_outputs(out, runs, summary, hyper, configs, datasets, passes_list, select, grid, figure, settings):
     paths = {}
     flat = [{**r, "hp": json.dumps(r["hp"], sort_keys=True),
              "hp_used": json.dumps(r.get("hp_used", r["hp"]), sort_keys=True)} for r in runs]
-    paths["runs_csv"] = write_csv(out / "results.csv", flat, RUN_COLUMNS)
-    paths["summary_csv"] = write_csv(out / "summary.csv", summary, SUMMARY_COLUMNS)
+    paths["runs_csv"] = write_csv(out / "results.csv", flat, RUN_FIELDS)
+    paths["summary_csv"] = write_csv(out / "summary.csv", summary, SUMMARY_FIELDS)
     env = environment()
     (out / "summary.json").write_text(json.dumps(
         {"settings": {**settings, "grid": grid, "grid_values": GRIDS[grid], "select": select,
