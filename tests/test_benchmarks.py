@@ -118,6 +118,17 @@ def test_parser_lists_every_command():
         parser.parse_args([])
 
 
+@pytest.mark.parametrize("argv", [["--help"]] + [[name, "--help"] for name in COMMANDS])
+def test_every_help_text_prints(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m skfilter.benchmarks")
+    if argv == ["--help"]:  # every command listed with its one-line help (a '%' in one once broke argparse)
+        assert all(name in out for name in COMMANDS) and "10% target outliers" in out
+
+
 def test_load_stream_standardises_on_the_warmup_prefix():
     s = _common.load_stream("concrete", n_rows=200, seed=0)
     assert s.X.shape == (200, 8) and s.n_warmup == 20

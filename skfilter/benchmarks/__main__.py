@@ -26,7 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for name, modname in COMMANDS.items():
         mod = importlib.import_module(modname, __package__)
-        p = sub.add_parser(name, help=mod.HELP, description=mod.__doc__.strip().splitlines()[0],
+        p = sub.add_parser(name, help=mod.HELP.replace("%", "%%"),  # argparse %-formats help texts
+                           description=mod.__doc__.strip().splitlines()[0],
                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         mod.add_arguments(p)
         p.set_defaults(_module=mod)

@@ -40,19 +40,8 @@ import numpy as np
 from sklearn.utils import Bunch
 
 from ..metrics import gaussian_nlpd, interval_coverage, mean_interval_width
-from ._common import (
-    DEFAULT_THREADS,
-    current_load,
-    environment,
-    format_table,
-    int_at_least,
-    load_stream,
-    load_warning,
-    running_residual_std,
-    running_rmse,
-    save_figure,
-    write_csv,
-)
+from ._common import (DEFAULT_THREADS, current_load, environment, format_table, int_at_least, load_stream,
+                      load_warning, running_residual_std, running_rmse, save_figure, write_csv)
 
 HELP = "prequential benchmark on UCI concrete (EKF full/vd/fd vs sklearn partial_fit); table + figure"
 
@@ -240,18 +229,11 @@ def score(run: dict, stream: Bunch) -> dict:
     return row
 
 
-COLUMNS = [
-    ("method", "method", ""),
-    ("rmse", "RMSE [MPa]", ".3f"),
-    ("nlpd", "NLPD", ".3f"),
-    ("coverage_2std", "±2σ cover", ".3f"),
-    ("width_2std", "±2σ width [MPa]", ".2f"),
-    ("rmse_after_warmup", "RMSE t≥warm-up", ".3f"),
-    ("nlpd_source", "σ from", ""),
-    ("seconds", "fit [s]", ".2f"),
-    ("us_per_step", "µs/step", ".0f"),
-    ("ratio_vs_mlp", f"× {REFERENCE}", ".2f"),
-]
+COLUMNS = [("method", "method", ""), ("rmse", "RMSE [MPa]", ".3f"), ("nlpd", "NLPD", ".3f"),
+           ("coverage_2std", "±2σ cover", ".3f"), ("width_2std", "±2σ width [MPa]", ".2f"),
+           ("rmse_after_warmup", "RMSE t≥warm-up", ".3f"), ("nlpd_source", "σ from", ""),
+           ("seconds", "fit [s]", ".2f"), ("us_per_step", "µs/step", ".0f"),
+           ("ratio_vs_mlp", f"× {REFERENCE}", ".2f")]
 
 
 def plot(runs: dict, stream: Bunch, path, focus: str = "EKF full", last: int = 100):

@@ -62,21 +62,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._common import (
-    DEFAULT_THREADS,
-    current_load,
-    environment,
-    format_table,
-    load_stream,
-    load_warning,
-    median,
-    positive_int,
-    synchronize,
-    resource_usage,
-    time_repeats_usage,
-    usage_delta,
-    write_text,
-)
+from ._common import (DEFAULT_THREADS, current_load, environment, format_table, load_stream, load_warning, median,
+                      positive_int, resource_usage, synchronize, time_repeats_usage, usage_delta, write_text)
 
 HELP = ("issue 18's speed workloads (EKF/LoFi per step at P=501, streaming loop, digits fits, P=648,010) "
         "vs MLPRegressor.partial_fit")
@@ -776,22 +763,10 @@ def display_rows(results) -> list:
     return out
 
 
-COLUMNS = [
-    ("config", "workload", ""),
-    ("section", "section", ""),
-    ("P", "P", ""),
-    ("dtype", "dtype", ""),
-    ("measured", "measured", ""),
-    ("unit", "unit", ""),
-    ("target", "target", ""),
-    ("meets", "meets", ""),
-    ("ratio", "× ref", ""),
-    ("target_ratio", "target × ref", ""),
-    ("meets_ratio", "meets ×", ""),
-    ("ref", "ref", ""),
-    ("faults", "faults/step", ""),
-    ("sys", "sys %", ""),
-]
+COLUMNS = [("config", "workload", ""), ("section", "section", ""), ("P", "P", ""), ("dtype", "dtype", ""),
+           ("measured", "measured", ""), ("unit", "unit", ""), ("target", "target", ""), ("meets", "meets", ""),
+           ("ratio", "× ref", ""), ("target_ratio", "target × ref", ""), ("meets_ratio", "meets ×", ""),
+           ("ref", "ref", ""), ("faults", "faults/step", ""), ("sys", "sys %", "")]
 
 
 def notes(results, settings, env) -> list:

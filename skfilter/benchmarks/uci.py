@@ -72,17 +72,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ._common import (
-    DEFAULT_THREADS,
-    environment,
-    format_table,
-    int_at_least,
-    positive_int,
-    limit_threads,
-    missing_uci_data,
-    save_figure,
-    write_csv,
-)
+from ._common import (DEFAULT_THREADS, environment, format_table, int_at_least, limit_threads, missing_uci_data,
+                      positive_int, save_figure, write_csv)
 from ..metrics import gaussian_nlpd, interval_coverage
 from ._uci_paper import paper_rmse, paper_seconds
 
