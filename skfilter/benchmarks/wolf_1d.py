@@ -61,8 +61,7 @@ import numpy as np
 
 from ._common import (current_load, format_table, limit_threads, load_warning, positive_int, save_figure,
                       write_text)
-from ._wolf_common import (format_params, grid_search, n_inner_cost, ogd_prequential, prequential, rmedse,
-                           timed_prequential)
+from ._wolf_common import format_params, grid_search, n_inner_cost, ogd_prequential, rmedse, timed_prequential
 
 HELP = "WoLF for online 1-D MLP regression with outliers, sorted/unsorted (thesis §4.7.3): RMedSE, figure"
 
@@ -217,7 +216,7 @@ def plot_example(results, path) -> Path:
                 continue
             if online:  # x increases along the stream: the one-step-ahead band is a curve in x
                 xs = s["X"][:, 0]
-                mean, std = prequential(clone(est), s["X"], s["y"], return_std=True)
+                mean, std = clone(est).prequential_fit_predict(s["X"], s["y"], return_std=True)
             else:  # the belief after the pass, on a grid
                 xs = grid[:, 0]
                 mean, std = est.predict(grid, return_std=True)
