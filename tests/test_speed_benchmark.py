@@ -36,11 +36,14 @@ def test_resource_helpers():
 
 
 def test_time_repeats_times_each_call_with_timeit():
+    import gc
     import time
 
-    calls = []
-    times = _common.time_repeats(lambda: (calls.append(1), time.sleep(0.01)), repeats=4, warmup=3)
+    calls, collecting = [], []
+    times = _common.time_repeats(lambda: (calls.append(1), collecting.append(gc.isenabled()), time.sleep(0.01)),
+                                 repeats=4, warmup=3)
     assert len(calls) == 7 and len(times) == 4 and all(0.009 < t < 1.0 for t in times)
+    assert all(collecting) and gc.isenabled()  # unlike timeit's default, the garbage collector stays on
 
 
 def test_limit_threads_sets_torch_and_blas_pools_and_restores_them():

@@ -6,7 +6,6 @@ import contextlib
 import math
 import os
 import platform
-import statistics
 import timeit
 from pathlib import Path
 
@@ -62,8 +61,8 @@ def load_stream(name: str = "concrete", n_rows=None, seed: int = 0, warmup_fract
     X_raw, y_raw = ds.data[order], ds.target[order]
     n = len(y_raw)
     n_warmup = min(n, max(MIN_WARMUP, math.ceil(warmup_fraction * n)))
-    x_mean, x_scale = X_raw[:n_warmup].mean(0), _scale(X_raw[:n_warmup].std(0))
-    y_mean, y_scale = float(y_raw[:n_warmup].mean()), float(_scale(y_raw[:n_warmup].std()))
+    x_mean, x_scale = X_raw[:n_warmup].mean(0), nonzero_scale(X_raw[:n_warmup].std(0))
+    y_mean, y_scale = float(y_raw[:n_warmup].mean()), float(nonzero_scale(y_raw[:n_warmup].std()))
     return Bunch(
         X=(X_raw - x_mean) / x_scale, y=(y_raw - y_mean) / y_scale, X_raw=X_raw, y_raw=y_raw,
         x_mean=x_mean, x_scale=x_scale, y_mean=y_mean, y_scale=y_scale, n_warmup=n_warmup,
@@ -71,8 +70,9 @@ def load_stream(name: str = "concrete", n_rows=None, seed: int = 0, warmup_fract
     )
 
 
-def _scale(std):
-    """Standard deviations with zeros (constant columns) replaced by one."""
+def nonzero_scale(std):
+    """Standard deviations with zeros (constant columns) replaced by one: the divisors that
+    standardise a stream."""
     std = np.asarray(std, dtype=np.float64)
     return np.where(std > 0, std, 1.0)
 
@@ -184,19 +184,30 @@ def synchronize(device) -> None:
 def time_repeats(fn, repeats: int = 5, warmup: int = 1, device="cpu"):
     """Wall-clock seconds of ``fn()`` over ``repeats`` runs (:class:`timeit.Timer`, one call per
     run), after ``warmup`` untimed runs; ``device`` is synchronised before and after each timed run.
+    The garbage collector stays as it was (``timeit`` turns it off by default; a filter's own
+    allocations are part of what is measured).
 
     Returns
     -------
     list of float
         One duration per repeat (use :func:`statistics.median`).
     """
+    import gc
+
+    collecting = gc.isenabled()
+
+    def setup():
+        if collecting:
+            gc.enable()
+        synchronize(device)
+
     def call():
         fn()
         synchronize(device)
 
     for _ in range(warmup):
         fn()
-    return timeit.Timer(call, setup=lambda: synchronize(device)).repeat(repeat=repeats, number=1)
+    return timeit.Timer(call, setup=setup).repeat(repeat=repeats, number=1)
 
 
 def resource_usage() -> dict:
@@ -252,11 +263,6 @@ def time_repeats_usage(fn, repeats: int = 5, warmup: int = 1, device="cpu"):
     before = resource_usage()
     times = time_repeats(fn, repeats=repeats, warmup=0, device=device)
     return times, usage_delta(before, resource_usage())
-
-
-def median(values):
-    """Median of a non-empty sequence (``nan`` if empty)."""
-    return statistics.median(values) if len(values) else float("nan")
 
 
 # -- environment --------------------------------------------------------------------------------

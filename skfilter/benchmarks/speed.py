@@ -59,11 +59,12 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass
+from statistics import median
 
 import numpy as np
 
-from ._common import (DEFAULT_THREADS, current_load, environment, format_table, load_stream, load_warning, median,
-                      positive_int, resource_usage, synchronize, time_repeats_usage, usage_delta, write_text)
+from ._common import (DEFAULT_THREADS, current_load, environment, format_table, load_stream, load_warning,
+                      positive_int, synchronize, time_repeats_usage, write_text)
 
 HELP = ("issue 18's speed workloads (EKF/LoFi per step at P=501, streaming loop, digits fits, P=648,010) "
         "vs MLPRegressor.partial_fit")
@@ -315,18 +316,12 @@ def interleave(fns, repeats=5, warmup=1, device="cpu") -> list:
     usage = {k: None for k in live}
     for _ in range(repeats):
         for k in list(live):
-            synchronize(device)
-            before = resource_usage()
-            t0 = time.perf_counter()
             try:
-                fns[k]()
+                [dt], delta = time_repeats_usage(fns[k], repeats=1, warmup=0, device=device)
             except FilterStepError as exc:
                 out[k] = exc
                 live.remove(k)
                 continue
-            synchronize(device)
-            dt = time.perf_counter() - t0
-            delta = usage_delta(before, resource_usage())
             times[k].append(dt)
             usage[k] = delta if usage[k] is None else {
                 key: None if v is None or usage[k][key] is None else usage[k][key] + v for key, v in delta.items()}

@@ -73,7 +73,7 @@ from pathlib import Path
 import numpy as np
 
 from ._common import (DEFAULT_THREADS, environment, format_table, int_at_least, limit_threads, missing_uci_data,
-                      positive_int, save_figure, write_csv)
+                      nonzero_scale, positive_int, save_figure, write_csv)
 from ..metrics import gaussian_nlpd, interval_coverage
 from ._uci_paper import paper_rmse, paper_seconds
 
@@ -178,11 +178,6 @@ def grid_points(config: Config, grid: str):
 
 
 # -- data ---------------------------------------------------------------------------------------
-def _scale(std):
-    std = np.asarray(std, dtype=np.float64)
-    return np.where(std > 0, std, 1.0)
-
-
 def prepare_split(name, split, data_home=None, n_train_max=None, validation_fraction=None):
     """Standardised training stream and held-out rows of one split.
 
@@ -206,8 +201,8 @@ def prepare_split(name, split, data_home=None, n_train_max=None, validation_frac
         if n_val >= len(ytr):
             raise ValueError(f"{name}: too few training rows ({len(ytr)}) for a validation set.")
         Xtr, Xte, ytr, yte = Xtr[:-n_val], Xtr[-n_val:], ytr[:-n_val], ytr[-n_val:]
-    xm, xs = Xtr.mean(0), _scale(Xtr.std(0))
-    ym, ys = float(ytr.mean()), float(_scale(ytr.std()))
+    xm, xs = Xtr.mean(0), nonzero_scale(Xtr.std(0))
+    ym, ys = float(ytr.mean()), float(nonzero_scale(ytr.std()))
     return {"X": (Xtr - xm) / xs, "y": (ytr - ym) / ys, "X_eval": (Xte - xm) / xs, "y_eval": yte,
             "y_mean": ym, "y_scale": ys}
 
