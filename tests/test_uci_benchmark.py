@@ -178,3 +178,15 @@ def test_uci_quick_without_shared_data_exits_2(tmp_path, capsys, monkeypatch):
     skfilter.datasets.check_uci_data("concrete")  # bundled
     with pytest.raises(ValueError, match="Unknown"):
         skfilter.datasets.check_uci_data(["nope"])
+
+
+def test_paper_tables_read_from_their_csv_text():
+    from skfilter.benchmarks._uci_paper import paper_rmse, paper_seconds
+
+    assert paper_rmse("concrete", "lofi-diag", 2, 1) == (8.54, 1.15)  # Table 3
+    assert paper_rmse("yacht", "fcekf", None, 10) == (1.19, 0.27)  # Table 4, the "full" row
+    assert paper_rmse("naval-propulsion-plant", "lrvga", 1, 1) is None  # an empty cell of the paper
+    assert paper_rmse("concrete", "lofi-diag", 3, 1) is None and paper_rmse("protein-tertiary-structure",
+                                                                              "fcekf", None, 1) is None
+    assert paper_seconds("kin8nm", "lofi-sph", 50) == 19.59 and paper_seconds("concrete", "fdekf", None) is None
+    assert all(isinstance(v, float) for v in paper_rmse("energy", "vdekf", None, 50))

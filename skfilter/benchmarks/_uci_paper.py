@@ -127,7 +127,7 @@ fcekf,,1.34,1.69,1.24,2.56,5.98,2.34,1.61,1.15
 def _table(text, index):
     import pandas as pd
 
-    frame = pd.read_csv(io.StringIO(text), float_precision="round_trip", dtype={"rank": "Int64"})
+    frame = pd.read_csv(io.StringIO(text), dtype={"rank": "Int64"})
     return {tuple(None if pd.isna(v) else (int(v) if k in ("passes", "rank") else v) for k, v in zip(index, key)):
             row for key, row in frame.set_index(list(index)).iterrows()}
 
