@@ -18,10 +18,11 @@ from .ekf import EKFClassifier, EKFRegressor
 from .exceptions import FilterStepError
 from .lofi import LoFiClassifier, LoFiRegressor
 from .pipeline import PartialPipeline, make_partial_pipeline
+from ._show_versions import show_versions
 from .wolf import WoLFClassifier, WoLFRegressor
 
 __version__ = "0.1.0.dev0"
 
 __all__ = ["EKFRegressor", "EKFClassifier", "LoFiRegressor", "LoFiClassifier", "WoLFRegressor", "WoLFClassifier",
            "BOCDRegressor", "BOCDClassifier", "FilterStepError", "PartialPipeline", "make_partial_pipeline",
-           "__version__"]
+           "show_versions", "__version__"]

@@ -118,6 +118,17 @@ def test_parser_lists_every_command():
         parser.parse_args([])
 
 
+@pytest.mark.parametrize("argv", [["--help"]] + [[name, "--help"] for name in COMMANDS])
+def test_every_help_text_prints(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m skfilter.benchmarks")
+    if argv == ["--help"]:  # every command listed with its one-line help (a '%' in one once broke argparse)
+        assert all(name in out for name in COMMANDS) and "10% target outliers" in out
+
+
 def test_load_stream_standardises_on_the_warmup_prefix():
     s = _common.load_stream("concrete", n_rows=200, seed=0)
     assert s.X.shape == (200, 8) and s.n_warmup == 20
@@ -131,14 +142,14 @@ def test_load_stream_standardises_on_the_warmup_prefix():
         _common.load_stream("concrete", n_rows=1)
 
 
-def test_scores_and_table_helpers():
+def test_scores_and_table_helpers(tmp_path):
     from scipy.stats import norm
 
     y, m, s = np.array([0.0, 1.0, -2.0]), np.array([0.5, 0.0, 0.0]), np.array([1.0, 2.0, 0.5])
     np.testing.assert_allclose(_common.gaussian_nlpd(y, m, s), -norm.logpdf(y, m, s))
     from skfilter.metrics import gaussian_nlpd
 
-    assert gaussian_nlpd(y, m, s) == np.mean(_common.gaussian_nlpd(y, m, s))  # one implementation
+    assert gaussian_nlpd(y, m, s) == pytest.approx(np.mean(_common.gaussian_nlpd(y, m, s)), rel=1e-12)
     np.testing.assert_allclose(_common.running_rmse([3.0, 4.0]), [3.0, 5.0 / np.sqrt(2)])
     # σ_t uses only the errors before t, shrunk to the prior variance by one pseudo-row
     np.testing.assert_allclose(_common.running_residual_std([2.0, 4.0, 0.0], 1.0),
@@ -146,5 +157,11 @@ def test_scores_and_table_helpers():
     cols = [("name", "name", ""), ("v", "value", ".2f")]
     text = _common.format_table([{"name": "a", "v": 1.0}, {"name": "bb", "v": float("nan")}], cols)
     assert "1.00" in text and "—" in text
+    head, rule, first, second = text.splitlines()
+    assert rule.startswith("------") and first.startswith("a ") and first.endswith(" 1.00")  # numbers right-aligned
+    assert len(head) == len(rule) == len(first) == len(second.rstrip())
     md = _common.format_table([{"name": "a", "v": 1.0}], cols, markdown=True)
     assert md.splitlines()[0].startswith("| name") and "---:" in md
+    assert md.splitlines()[2] == "| a      |    1.00 |"
+    csv = _common.write_csv(tmp_path / "t.csv", [{"name": "a", "v": 0.5}, {"name": "b", "v": None}], ["name", "v"])
+    assert csv.read_text().splitlines() == ["name,v", "a,0.5", "b,"]

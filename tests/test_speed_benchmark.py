@@ -28,8 +28,39 @@ def test_resource_helpers():
     times, usage = _common.time_repeats_usage(lambda: calls.append(bytearray(10**6)), repeats=3, warmup=2)
     assert len(times) == 3 and len(calls) == 5 and all(t >= 0 for t in times)
     assert usage["user_s"] >= 0 and set(usage) == set(delta)
-    info = _common.machine_info()
+    info = _common.environment()
     assert info["cpu_model"] and "OMP_NUM_THREADS" in info and info["torch_interop_threads"] >= 1
+    # built on skfilter.show_versions: the whole report travels with the record
+    assert info["versions"]["skfilter"] == info["skfilter"] and "threadpool_info" in info["versions"]
+    assert info["compiled_kernels"] is info["versions"]["compiled_kernels"]
+
+
+def test_time_repeats_times_each_call_with_timeit():
+    import gc
+    import time
+
+    calls, collecting = [], []
+    times = _common.time_repeats(lambda: (calls.append(1), collecting.append(gc.isenabled()), time.sleep(0.01)),
+                                 repeats=4, warmup=3)
+    assert len(calls) == 7 and len(times) == 4 and all(0.009 < t < 1.0 for t in times)
+    assert all(collecting) and gc.isenabled()  # unlike timeit's default, the garbage collector stays on
+
+
+def test_limit_threads_sets_torch_and_blas_pools_and_restores_them():
+    import torch
+    from threadpoolctl import threadpool_info
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with _common.limit_threads(1) as n:
+            assert n == 1 and torch.get_num_threads() == 1
+            assert all(p["num_threads"] == 1 for p in threadpool_info() if p["user_api"] == "blas")
+        assert torch.get_num_threads() == 2
+        with _common.limit_threads(0) as n:  # 0: the libraries' defaults, untouched
+            assert n == 2 and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_concrete_section_relative_rows_and_outputs(tmp_path):

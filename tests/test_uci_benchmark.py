@@ -74,12 +74,34 @@ def test_uci_resumes_from_partial_results(tmp_path, capsys):
     capsys.readouterr()
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "4 already in search.jsonl, 0 to do" in out and "1 already in results.jsonl, 0 to do" in out
+    assert "search: 4 runs, 4 already cached, 0 to do" in out and "test runs: 1 runs, 1 already cached, 0 to do" in out
     assert (tmp_path / "results.jsonl").read_text() == first
-    # a line cut short by a kill is ignored and its run redone
-    (tmp_path / "results.jsonl").write_text('{"key": "trunc')
+    assert main([*args, "--fresh"]) == 0  # --fresh recomputes everything
+    assert "4 runs, 0 already cached, 4 to do" in capsys.readouterr().out
+
+
+def test_uci_killed_run_resumes_without_recomputing_finished_runs(tmp_path, monkeypatch, capsys):
+    args = _tiny(tmp_path, "--methods", "fdekf", "--no-figure")
+    calls, kill_at = [], [3]
+    fit_and_score = uci._fit_and_score
+
+    def killed_at_third_trial(*a, **k):
+        calls.append(a[1])
+        if len(calls) == kill_at[0]:
+            raise KeyboardInterrupt  # the process is stopped in the middle of the search
+        return fit_and_score(*a, **k)
+
+    monkeypatch.setattr(uci, "_fit_and_score", killed_at_third_trial)
+    with pytest.raises(KeyboardInterrupt):
+        main(args)
+    calls.clear()
+    kill_at[0] = None
+    capsys.readouterr()
     assert main(args) == 0
-    assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 2
+    assert "search: 4 runs, 2 already cached, 2 to do" in capsys.readouterr().out
+    # the two trials finished before the kill are loaded: only the two others and the test run are fitted
+    assert len(calls) == 3
+    assert len((tmp_path / "search.jsonl").read_text().splitlines()) == 4
 
 
 def test_uci_report_only_runs_nothing(tmp_path, capsys):
@@ -87,7 +109,7 @@ def test_uci_report_only_runs_nothing(tmp_path, capsys):
     lines = (tmp_path / "search.jsonl").read_text(), (tmp_path / "results.jsonl").read_text()
     capsys.readouterr()
     assert main(_tiny(tmp_path, "--methods", "fdekf", "vdekf", "--no-figure", "--report-only")) == 0
-    assert "4 missing (report only: not run)" in capsys.readouterr().out
+    assert "search: 8 runs, 4 cached, 4 missing (report only: not run)" in capsys.readouterr().out
     assert ((tmp_path / "search.jsonl").read_text(), (tmp_path / "results.jsonl").read_text()) == lines
     rows = json.loads((tmp_path / "summary.json").read_text())["summary"]
     assert [r["method"] for r in rows] == ["fdekf"]
@@ -156,3 +178,15 @@ def test_uci_quick_without_shared_data_exits_2(tmp_path, capsys, monkeypatch):
     skfilter.datasets.check_uci_data("concrete")  # bundled
     with pytest.raises(ValueError, match="Unknown"):
         skfilter.datasets.check_uci_data(["nope"])
+
+
+def test_paper_tables_read_from_their_csv_text():
+    from skfilter.benchmarks._uci_paper import paper_rmse, paper_seconds
+
+    assert paper_rmse("concrete", "lofi-diag", 2, 1) == (8.54, 1.15)  # Table 3
+    assert paper_rmse("yacht", "fcekf", None, 10) == (1.19, 0.27)  # Table 4, the "full" row
+    assert paper_rmse("naval-propulsion-plant", "lrvga", 1, 1) is None  # an empty cell of the paper
+    assert paper_rmse("concrete", "lofi-diag", 3, 1) is None and paper_rmse("protein-tertiary-structure",
+                                                                              "fcekf", None, 1) is None
+    assert paper_seconds("kin8nm", "lofi-sph", 50) == 19.59 and paper_seconds("concrete", "fdekf", None) is None
+    assert all(isinstance(v, float) for v in paper_rmse("energy", "vdekf", None, 50))

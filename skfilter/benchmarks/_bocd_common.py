@@ -162,13 +162,13 @@ class Stepper:
     """
 
     def __init__(self, est, X, y, classes=None):
-        from ..bocd import _BOCDMeta
+        from .. import BOCDClassifier, BOCDRegressor
         from ..filtering import FilterState
         from ..runlength import initial_state
 
         self.estimator = est
         kw = {} if classes is None else {"classes": classes}
-        self.is_bocd = isinstance(est, _BOCDMeta)
+        self.is_bocd = isinstance(est, (BOCDClassifier, BOCDRegressor))
         if self.is_bocd:
             # the set-up of skfilter.bocd._BOCDMeta._run (first call), without its loop
             self.options = est._check_params()

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-import csv
 import math
 import os
 import platform
-import statistics
-import time
+import timeit
 from pathlib import Path
 
 import numpy as np
@@ -63,8 +61,8 @@ def load_stream(name: str = "concrete", n_rows=None, seed: int = 0, warmup_fract
     X_raw, y_raw = ds.data[order], ds.target[order]
     n = len(y_raw)
     n_warmup = min(n, max(MIN_WARMUP, math.ceil(warmup_fraction * n)))
-    x_mean, x_scale = X_raw[:n_warmup].mean(0), _scale(X_raw[:n_warmup].std(0))
-    y_mean, y_scale = float(y_raw[:n_warmup].mean()), float(_scale(y_raw[:n_warmup].std()))
+    x_mean, x_scale = X_raw[:n_warmup].mean(0), nonzero_scale(X_raw[:n_warmup].std(0))
+    y_mean, y_scale = float(y_raw[:n_warmup].mean()), float(nonzero_scale(y_raw[:n_warmup].std()))
     return Bunch(
         X=(X_raw - x_mean) / x_scale, y=(y_raw - y_mean) / y_scale, X_raw=X_raw, y_raw=y_raw,
         x_mean=x_mean, x_scale=x_scale, y_mean=y_mean, y_scale=y_scale, n_warmup=n_warmup,
@@ -72,8 +70,9 @@ def load_stream(name: str = "concrete", n_rows=None, seed: int = 0, warmup_fract
     )
 
 
-def _scale(std):
-    """Standard deviations with zeros (constant columns) replaced by one."""
+def nonzero_scale(std):
+    """Standard deviations with zeros (constant columns) replaced by one: the divisors that
+    standardise a stream."""
     std = np.asarray(std, dtype=np.float64)
     return np.where(std > 0, std, 1.0)
 
@@ -89,12 +88,13 @@ def gaussian_nlpd(y, mean, std):
     Returns
     -------
     ndarray of shape (n,)
-        ``½ log(2π std²) + ½ ((y − mean) / std)²`` (nats); :func:`skfilter.metrics.gaussian_nlpd`
-        (the one implementation, used here) is their mean.
+        ``−log N(y; mean, std²)`` (nats, :func:`scipy.stats.norm.logpdf`); their mean is
+        :func:`skfilter.metrics.gaussian_nlpd`.
     """
-    from ..metrics import _gaussian_nlpd_terms
+    from scipy.stats import norm
 
-    return _gaussian_nlpd_terms(y, mean, std)
+    return -norm.logpdf(np.asarray(y, dtype=np.float64), np.asarray(mean, dtype=np.float64),
+                        np.asarray(std, dtype=np.float64))
 
 
 def running_rmse(errors):
@@ -134,35 +134,40 @@ def running_residual_std(errors, prior_variance: float = 1.0):
     return np.sqrt((prior_variance + past) / np.arange(1, len(e2) + 1))
 
 
-# -- timing -------------------------------------------------------------------------------------
-#: default torch intra-op threads of the benchmark commands (see :func:`set_threads`)
+# -- threads and timing -------------------------------------------------------------------------
+#: default thread count of the benchmark commands (see :func:`limit_threads`)
 DEFAULT_THREADS = 1
 
 
-def set_threads(n_threads):
-    """Set torch's intra-op thread count; ``None`` or ``0`` leaves torch's default. Returns the count in force.
+@contextlib.contextmanager
+def limit_threads(n_threads):
+    """Context manager: at most ``n_threads`` threads in torch and the native BLAS/OpenMP pools;
+    ``None`` or ``0`` leaves the libraries' defaults. Yields the torch thread count in force.
 
-    The commands default to :data:`DEFAULT_THREADS` = 1: at ``P = 501`` a filter step is a chain of small
-    kernels that gain nothing from a second thread (measured: full covariance 245 µs/step with one or
-    two threads on an idle 2-core machine), while multi-threaded BLAS calls with several columns stall
-    for milliseconds whenever another process holds one of the cores, which makes timings on a shared
-    machine erratic.
+    Both are needed: :func:`threadpoolctl.threadpool_limits` sets the pools it finds (OpenBLAS,
+    the OpenMP runtimes), but it does not control torch's intra-op pool. Measured with torch 2.13
+    (OpenMP backend): it sees torch's ``libgomp`` and lowers ``omp_get_max_threads`` of the
+    calling thread only, other threads keep torch's count, and torch's statically linked MKL is
+    not among the pools it finds; :func:`torch.set_num_threads` sets torch's own count (ATen, MKL,
+    OpenMP) and is restored on exit.
+
+    The commands default to :data:`DEFAULT_THREADS` = 1: at ``P = 501`` a filter step is a chain of
+    small kernels that gain nothing from a second thread (measured: full covariance 245 µs/step with
+    one or two threads on an idle 2-core machine), while multi-threaded BLAS calls with several
+    columns stall for milliseconds whenever another process holds one of the cores, which makes
+    timings on a shared machine erratic.
     """
     import torch
-
-    if n_threads:
-        torch.set_num_threads(int(n_threads))
-    return torch.get_num_threads()
-
-
-@contextlib.contextmanager
-def torch_threads(n_threads):
-    """Context manager: :func:`set_threads` inside, torch's previous thread count restored after."""
-    import torch
+    from threadpoolctl import threadpool_limits
 
     before = torch.get_num_threads()
+    if not n_threads:
+        yield before
+        return
     try:
-        yield set_threads(n_threads)
+        with threadpool_limits(limits=int(n_threads)):
+            torch.set_num_threads(int(n_threads))
+            yield torch.get_num_threads()
     finally:
         torch.set_num_threads(before)
 
@@ -177,32 +182,32 @@ def synchronize(device) -> None:
 
 
 def time_repeats(fn, repeats: int = 5, warmup: int = 1, device="cpu"):
-    """Wall-clock seconds of ``fn()`` over ``repeats`` runs, after ``warmup`` untimed runs.
-
-    Parameters
-    ----------
-    fn : callable
-        Called with no argument.
-    repeats : int, default=5
-    warmup : int, default=1
-    device : str or torch.device, default='cpu'
-        Synchronised before and after each timed run.
+    """Wall-clock seconds of ``fn()`` over ``repeats`` runs (:class:`timeit.Timer`, one call per
+    run), after ``warmup`` untimed runs; ``device`` is synchronised before and after each timed run.
+    The garbage collector stays as it was (``timeit`` turns it off by default; a filter's own
+    allocations are part of what is measured).
 
     Returns
     -------
     list of float
         One duration per repeat (use :func:`statistics.median`).
     """
+    import gc
+
+    collecting = gc.isenabled()
+
+    def setup():
+        if collecting:
+            gc.enable()
+        synchronize(device)
+
+    def call():
+        fn()
+        synchronize(device)
+
     for _ in range(warmup):
         fn()
-    times = []
-    for _ in range(repeats):
-        synchronize(device)
-        t0 = time.perf_counter()
-        fn()
-        synchronize(device)
-        times.append(time.perf_counter() - t0)
-    return times
+    return timeit.Timer(call, setup=setup).repeat(repeat=repeats, number=1)
 
 
 def resource_usage() -> dict:
@@ -245,13 +250,6 @@ def time_repeats_usage(fn, repeats: int = 5, warmup: int = 1, device="cpu"):
     fresh large buffers (and frees them) faults in new pages every time, which shows as system time
     even when the peak memory does not grow.
 
-    Parameters
-    ----------
-    fn : callable
-    repeats : int, default=5
-    warmup : int, default=1
-    device : str or torch.device, default='cpu'
-
     Returns
     -------
     times : list of float
@@ -267,66 +265,75 @@ def time_repeats_usage(fn, repeats: int = 5, warmup: int = 1, device="cpu"):
     return times, usage_delta(before, resource_usage())
 
 
-def machine_info() -> dict:
-    """CPU model and the thread settings of the BLAS/OpenMP libraries, to store beside timings
-    (complements :func:`environment`).
-
-    Returns
-    -------
-    dict
-        ``cpu_model`` (from ``/proc/cpuinfo`` on Linux, else :func:`platform.processor`), ``system``,
-        ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``, ``OPENBLAS_NUM_THREADS`` (the environment
-        variables, ``None`` when unset), ``torch_interop_threads``.
-    """
-    import torch
-
-    model = None
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.lower().startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    info = {"cpu_model": model or platform.processor() or platform.machine(),
-            "system": f"{platform.system()} {platform.release()}"}
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        info[var] = os.environ.get(var)
-    info["torch_interop_threads"] = torch.get_num_interop_threads()
-    return info
-
-
-def median(values):
-    """Median of a non-empty sequence (``nan`` if empty)."""
-    return statistics.median(values) if len(values) else float("nan")
-
-
+# -- environment --------------------------------------------------------------------------------
 def current_load():
     """The 1-minute load average, or None where the platform has none."""
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
 
+def _cpu_model():
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def source_revision() -> dict | None:
+    """The git commit of the measured package and whether its files differ from it (``None``
+    outside a git checkout, e.g. an installed wheel).
+
+    Returns
+    -------
+    dict or None
+        ``commit`` (hex), ``dirty`` (bool: uncommitted changes under the package directory).
+    """
+    import subprocess
+
+    pkg = Path(__file__).resolve().parents[1]
+    try:
+        commit = subprocess.run(["git", "-C", str(pkg), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10, check=True).stdout.strip()
+        status = subprocess.run(["git", "-C", str(pkg), "status", "--porcelain", "--", "."], capture_output=True,
+                                text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": commit, "dirty": bool(status.strip())} if commit else None
+
+
 def environment() -> dict:
-    """Versions and machine facts to store beside timings."""
-    import sklearn
-    import torch
+    """What to store beside timings: :func:`skfilter.show_versions` (``versions``) plus the machine,
+    threads, load and source commit, flattened for the tables' notes.
 
-    from .. import __version__
+    Returns
+    -------
+    dict
+        ``skfilter``, ``torch``, ``sklearn``, ``numpy``, ``python`` (versions), ``machine``,
+        ``processor``, ``cpu_model``, ``system``, ``cpu_count``, ``torch_threads``,
+        ``torch_interop_threads``, ``cuda`` (first GPU's name or None), ``compiled_kernels``,
+        ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``, ``OPENBLAS_NUM_THREADS`` (None when unset),
+        ``load_average``, ``source`` (:func:`source_revision`) and ``versions`` (the whole
+        ``show_versions(as_dict=True)``, thread pools included).
+    """
+    from .. import show_versions
 
-    return {
-        "skfilter": __version__,
-        "torch": torch.__version__,
-        "sklearn": sklearn.__version__,
-        "numpy": np.__version__,
-        "python": platform.python_version(),
-        "machine": platform.machine(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    info = show_versions(as_dict=True)
+    deps, tinfo = info["dependencies"], info["torch"]
+    env = {
+        "skfilter": info["skfilter"], "torch": tinfo["version"], "sklearn": deps["scikit-learn"],
+        "numpy": deps["numpy"], "python": platform.python_version(), "machine": platform.machine(),
+        "processor": platform.processor() or platform.machine(), "cpu_model": _cpu_model(),
+        "system": f"{platform.system()} {platform.release()}", "cpu_count": os.cpu_count(),
+        "torch_threads": tinfo["num_threads"], "torch_interop_threads": tinfo["num_interop_threads"],
+        "cuda": tinfo["devices"][0] if tinfo["devices"] else None, "compiled_kernels": info["compiled_kernels"],
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "source": source_revision(), "versions": info,
     }
+    env.update({var: os.environ.get(var) for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")})
+    return env
 
 
 def load_warning(load=None):
@@ -335,22 +342,45 @@ def load_warning(load=None):
     Parameters
     ----------
     load : float, optional
-        The load average to judge, e.g. read with :func:`os.getloadavg` before the benchmark ran
+        The load average to judge, e.g. read with :func:`current_load` before the benchmark ran
         (it then does not count the benchmark itself); default: the current one.
-
 
     Timings on a shared, oversubscribed machine are unreliable; multi-threaded BLAS calls in
     particular can take 100× longer when their threads are descheduled.
     """
-    if load is None:
-        if not hasattr(os, "getloadavg"):
-            return None
-        load = os.getloadavg()[0]
+    load = current_load() if load is None else load
     cpus = os.cpu_count() or 1
-    if load > cpus:
+    if load is not None and load > cpus:
         return (f"WARNING: the 1-minute load average before the run ({load:.1f}) exceeded the CPU count "
                 f"({cpus}): other processes compete for the cores and timings may be unreliable "
                 "(try again on an idle machine).")
+    return None
+
+
+def missing_uci_data(command: str, datasets, data_home=None) -> int | None:
+    """``None`` when the UCI files of ``datasets`` are found, else exit status 2 after printing to
+    stderr which are missing and how to get them (:func:`skfilter.datasets.check_uci_data`).
+
+    Parameters
+    ----------
+    command : str
+        The benchmark's name, prefixed to the message.
+    datasets : sequence of str
+    data_home : path-like, optional
+        Default :func:`skfilter.datasets.default_data_home`.
+    """
+    import sys
+
+    from ..datasets import check_uci_data, default_data_home
+
+    home = default_data_home() if data_home is None else data_home
+    try:
+        check_uci_data(datasets, home)
+    except FileNotFoundError as exc:
+        hint = ("\n  Without downloading: --datasets concrete runs on the bundled concrete set."
+                if home is None and list(datasets) != ["concrete"] else "")
+        print(f"{command}: {exc}{hint}", file=sys.stderr)
+        return 2
     return None
 
 
@@ -385,7 +415,7 @@ def _cell(value, fmt):
 
 
 def format_table(rows, columns, markdown: bool = False) -> str:
-    """Render ``rows`` (dicts) as an aligned text table or a Markdown table.
+    """Render ``rows`` (dicts) as an aligned text table or a Markdown table (pandas + tabulate).
 
     Parameters
     ----------
@@ -399,31 +429,44 @@ def format_table(rows, columns, markdown: bool = False) -> str:
     Returns
     -------
     str
+        The first column left-aligned, the others right-aligned.
     """
-    head = [h for _, h, _ in columns]
-    body = [[_cell(r.get(k), f) for k, _, f in columns] for r in rows]
-    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
+    import pandas as pd
 
-    def line(cells, sep):
-        out = []
-        for i, c in enumerate(cells):
-            out.append(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]))
-        return sep.join(out)
-
-    if markdown:
-        rule = ["-" * widths[0]] + ["-" * (w - 1) + ":" for w in widths[1:]]
-        lines = [line(head, " | "), " | ".join(rule)] + [line(b, " | ") for b in body]
-        return "\n".join("| " + s + " |" for s in lines)
-    lines = [line(head, "  "), "  ".join("-" * w for w in widths)] + [line(b, "  ") for b in body]
-    return "\n".join(lines)
+    frame = pd.DataFrame([[_cell(r.get(k), f) for k, _, f in columns] for r in rows],
+                         columns=[h for _, h, _ in columns], dtype=object)
+    return frame.to_markdown(index=False, tablefmt="pipe" if markdown else "simple", disable_numparse=True,
+                             colalign=["left"] + ["right"] * (len(columns) - 1))
 
 
-def write_csv(path, rows, columns) -> Path:
-    """Write ``rows`` (dicts) to ``path`` with one column per ``(key, header, fmt)``; raw values."""
+def write_text(path, text: str, generated_by: str | None = None) -> Path:
+    """Write ``text`` to ``path`` (parent folders created), after the line
+    ``<!-- generated by python -m skfilter.benchmarks <generated_by> -->`` and a blank line when
+    ``generated_by`` (the command and its options) is given; returns the path."""
     path = Path(path)
-    with path.open("w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow([k for k, _, _ in columns])
-        for r in rows:
-            w.writerow(["" if r.get(k) is None else r.get(k) for k, _, _ in columns])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if generated_by is not None:
+        text = f"<!-- generated by python -m skfilter.benchmarks {generated_by} -->\n\n" + text
+    path.write_text(text)
+    return path
+
+
+def save_figure(fig, path, dpi: int = 110) -> Path:
+    """Save a matplotlib figure to ``path`` (parent folders created) and close it; returns the path."""
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
+def write_csv(path, rows, keys) -> Path:
+    """Write ``rows`` (dicts) to ``path``, one column per key of ``keys`` in that order; raw values
+    (:meth:`pandas.DataFrame.to_csv`, missing values empty)."""
+    import pandas as pd
+
+    path = Path(path)
+    pd.DataFrame(list(rows), columns=list(keys)).to_csv(path, index=False)
     return path

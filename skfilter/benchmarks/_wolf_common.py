@@ -1,7 +1,6 @@
 """Helpers shared by the WoLF benchmarks (``wolf-tracking``, ``wolf-uci``, ``wolf-1d``; issue 16).
 
-* :func:`prequential` — one-step-ahead predictions of a skfilter regressor or WoLF meta-estimator
-  (``prequential_fit_predict``), with a work-around for a bug of ``WoLFRegressor`` (below).
+* :func:`timed_prequential` — one-step-ahead predictions (``prequential_fit_predict``) and their time.
 * :func:`ogd_prequential` — the thesis' OGD baseline (spec/wolf-subspace-pulse.md §2.12: Adam on a
   FIFO replay buffer, ``n_inner`` gradient steps per observation; the authors' UCI script uses a
   buffer of one row, ``rebayes-mini`` ``FifoSGD(buffer_size=1)``) as a plain PyTorch loop.
@@ -38,28 +37,11 @@ def rmedse(y, pred) -> float:
     return float(np.sqrt(np.median((y - pred) ** 2)))
 
 
-def prequential(est, X, y, return_std=False):
-    """``est.prequential_fit_predict(X, y, return_std=return_std)``: each row predicted before it is learned.
-
-    Work-around (benchmark code only): ``skfilter.wolf.WoLFRegressor.prequential_fit_predict`` calls
-    ``self._run("prequential_fit_predict", X, y, sample_weight, first=True, ..., method=method, ...)``
-    while ``_run``'s own first positional parameter is named ``method``, so every call raises
-    ``TypeError: _WoLFMeta._run() got multiple values for argument 'method'``. When that exact error
-    comes back, the same call is made without the ``method`` keyword (the base regressor's default
-    ``method='predict'`` is the only one a regressor accepts), which is what the public method means.
-    """
-    try:
-        return est.prequential_fit_predict(X, y, return_std=return_std)
-    except TypeError as exc:
-        if "multiple values for argument 'method'" not in str(exc) or not hasattr(est, "_run"):
-            raise
-        return est._run("prequential_fit_predict", X, y, None, first=True, return_std=return_std)
-
-
 def timed_prequential(est, X, y):
-    """``(predictions, seconds)`` of :func:`prequential` (wall clock of the whole call)."""
+    """``(predictions, seconds)`` of ``est.prequential_fit_predict(X, y)`` (each row predicted before
+    it is learned; wall clock of the whole call)."""
     t0 = time.perf_counter()
-    pred = prequential(est, X, y)
+    pred = est.prequential_fit_predict(X, y)
     return np.asarray(pred, dtype=np.float64), time.perf_counter() - t0
 
 
@@ -180,13 +162,3 @@ def format_params(params: dict) -> str:
         return str(v)
 
     return ", ".join(f"{k}={fmt(v)}" for k, v in params.items())
-
-
-def write_text(path, text: str):
-    """Write ``text`` to ``path`` (parents created); returns the path."""
-    from pathlib import Path
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._common import format_table
+from ._common import format_table, write_text
 
 HELP = "every estimator with default parameters on sklearn's bundled data sets, raw and standardised"
 
@@ -165,7 +165,6 @@ def main(args) -> int:
     table = format_table(rows, COLUMNS)
     print(table)
     if args.markdown is not None:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(format_table(rows, COLUMNS, markdown=True) + "\n")
+        write_text(args.markdown, format_table(rows, COLUMNS, markdown=True) + "\n")
         print(f"  table written to {args.markdown}")
     return 0

@@ -40,19 +40,8 @@ import numpy as np
 from sklearn.utils import Bunch
 
 from ..metrics import gaussian_nlpd, interval_coverage, mean_interval_width
-from ._common import (
-    DEFAULT_THREADS,
-    current_load,
-    environment,
-    format_table,
-    int_at_least,
-    load_stream,
-    load_warning,
-    running_residual_std,
-    running_rmse,
-    torch_threads,
-    write_csv,
-)
+from ._common import (DEFAULT_THREADS, current_load, environment, format_table, int_at_least, load_stream,
+                      load_warning, running_residual_std, running_rmse, save_figure, write_csv)
 
 HELP = "prequential benchmark on UCI concrete (EKF full/vd/fd vs sklearn partial_fit); table + figure"
 
@@ -87,28 +76,16 @@ class Method:
     params: dict = field(default_factory=dict)
 
 
-def _ekf(covariance, prior_variance, obs_variance):
-    params = dict(hidden_layer_sizes=(50,), activation="relu", covariance=covariance,
-                  prior_variance=prior_variance, obs_variance=obs_variance)
+def _filter(name, estimator, **structure):
+    """A filter :class:`Method` on the MLP 8-50-1 (``estimator``: a skfilter class name)."""
+    params = dict(hidden_layer_sizes=(50,), activation="relu", **structure)
 
     def make(seed):
-        from .. import EKFRegressor
+        import skfilter
 
-        return EKFRegressor(**params, random_state=seed)
+        return getattr(skfilter, estimator)(**params, random_state=seed)
 
-    return make, params
-
-
-def _lofi(rank, prior_variance, obs_variance):
-    params = dict(hidden_layer_sizes=(50,), activation="relu", rank=rank,
-                  prior_variance=prior_variance, obs_variance=obs_variance)
-
-    def make(seed):
-        from .. import LoFiRegressor
-
-        return LoFiRegressor(**params, random_state=seed)
-
-    return make, params
+    return Method(name, make, "filter", params)
 
 
 def _mlp(seed):
@@ -130,13 +107,9 @@ def default_methods() -> list:
     -------
     list of Method
     """
-    out = []
-    for name, cov, pv, r in [("EKF full", "full", 0.1, 0.1), ("EKF vd", "vd", 0.01, 0.1),
-                             ("EKF fd", "fd", 0.1, 0.1)]:
-        make, params = _ekf(cov, pv, r)
-        out.append(Method(name, make, "filter", params))
-    make, params = _lofi(10, 0.1, 0.1)
-    out.append(Method("LoFi rank 10", make, "filter", params))
+    out = [_filter(f"EKF {cov}", "EKFRegressor", covariance=cov, prior_variance=pv, obs_variance=0.1)
+           for cov, pv in (("full", 0.1), ("vd", 0.01), ("fd", 0.1))]
+    out.append(_filter("LoFi rank 10", "LoFiRegressor", rank=10, prior_variance=0.1, obs_variance=0.1))
     out.append(Method(REFERENCE, _mlp, "sklearn", {"hidden_layer_sizes": (50,), "solver": "adam",
                                                    "learning_rate_init": 1e-3}))
     out.append(Method("SGDRegressor.partial_fit", _sgd, "sklearn", {"learning_rate": "invscaling",
@@ -256,18 +229,11 @@ def score(run: dict, stream: Bunch) -> dict:
     return row
 
 
-COLUMNS = [
-    ("method", "method", ""),
-    ("rmse", "RMSE [MPa]", ".3f"),
-    ("nlpd", "NLPD", ".3f"),
-    ("coverage_2std", "±2σ cover", ".3f"),
-    ("width_2std", "±2σ width [MPa]", ".2f"),
-    ("rmse_after_warmup", "RMSE t≥warm-up", ".3f"),
-    ("nlpd_source", "σ from", ""),
-    ("seconds", "fit [s]", ".2f"),
-    ("us_per_step", "µs/step", ".0f"),
-    ("ratio_vs_mlp", f"× {REFERENCE}", ".2f"),
-]
+COLUMNS = [("method", "method", ""), ("rmse", "RMSE [MPa]", ".3f"), ("nlpd", "NLPD", ".3f"),
+           ("coverage_2std", "±2σ cover", ".3f"), ("width_2std", "±2σ width [MPa]", ".2f"),
+           ("rmse_after_warmup", "RMSE t≥warm-up", ".3f"), ("nlpd_source", "σ from", ""),
+           ("seconds", "fit [s]", ".2f"), ("us_per_step", "µs/step", ".0f"),
+           ("ratio_vs_mlp", f"× {REFERENCE}", ".2f")]
 
 
 def plot(runs: dict, stream: Bunch, path, focus: str = "EKF full", last: int = 100):
@@ -330,10 +296,7 @@ def plot(runs: dict, stream: Bunch, path, focus: str = "EKF full", last: int = 1
     ax1.grid(True, alpha=0.3)
     ax1.legend(fontsize=8)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=120)
 
 
 def run_demo(n_rows=None, out="demo_output", quick: bool = False, seed: int = 0, methods=None,
@@ -406,7 +369,7 @@ def run_demo(n_rows=None, out="demo_output", quick: bool = False, seed: int = 0,
     if warning:
         notes.append(warning)
     paths = {
-        "csv": write_csv(out / f"{STEM}.csv", rows, COLUMNS + [("error", "error", "")]),
+        "csv": write_csv(out / f"{STEM}.csv", rows, [k for k, _, _ in COLUMNS] + ["error"]),
         "markdown": out / f"{STEM}.md",
     }
     md = [f"# Prequential benchmark, UCI concrete ({n} rows)", "", format_table(rows, COLUMNS, markdown=True),
@@ -441,7 +404,7 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    """Run :func:`run_demo` with parsed command-line ``args``; exit status 0."""
-    with torch_threads(args.threads):
-        run_demo(n_rows=args.n_rows, out=args.out, quick=args.quick, seed=args.seed, figure=not args.no_figure)
+    """Run :func:`run_demo` with parsed command-line ``args`` (``--threads`` is applied by
+    :func:`skfilter.benchmarks.__main__.main`); exit status 0."""
+    run_demo(n_rows=args.n_rows, out=args.out, quick=args.quick, seed=args.seed, figure=not args.no_figure)
     return 0

@@ -51,7 +51,6 @@ Run as ``python -m skfilter.benchmarks speed`` (``make bench``); doc/speed.md ha
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
@@ -60,26 +59,12 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
+from statistics import median
 
 import numpy as np
 
-from ._common import (
-    DEFAULT_THREADS,
-    current_load,
-    environment,
-    format_table,
-    load_stream,
-    load_warning,
-    machine_info,
-    median,
-    positive_int,
-    synchronize,
-    resource_usage,
-    time_repeats_usage,
-    usage_delta,
-    torch_threads,
-)
+from ._common import (DEFAULT_THREADS, current_load, environment, format_table, load_stream, load_warning,
+                      positive_int, synchronize, time_repeats_usage, write_text)
 
 HELP = ("issue 18's speed workloads (EKF/LoFi per step at P=501, streaming loop, digits fits, P=648,010) "
         "vs MLPRegressor.partial_fit")
@@ -331,18 +316,12 @@ def interleave(fns, repeats=5, warmup=1, device="cpu") -> list:
     usage = {k: None for k in live}
     for _ in range(repeats):
         for k in list(live):
-            synchronize(device)
-            before = resource_usage()
-            t0 = time.perf_counter()
             try:
-                fns[k]()
+                [dt], delta = time_repeats_usage(fns[k], repeats=1, warmup=0, device=device)
             except FilterStepError as exc:
                 out[k] = exc
                 live.remove(k)
                 continue
-            synchronize(device)
-            dt = time.perf_counter() - t0
-            delta = usage_delta(before, resource_usage())
             times[k].append(dt)
             usage[k] = delta if usage[k] is None else {
                 key: None if v is None or usage[k][key] is None else usage[k][key] + v for key, v in delta.items()}
@@ -361,8 +340,12 @@ class _Prepared:
 
 def prepare_config(cfg: SpeedConfig, stream, n_rows=DEFAULT_N_ROWS, device="cpu", dtype="float64", seed=0,
                    warmup_rows=WARMUP_ROWS, section="concrete", unit="µs/step") -> _Prepared:
-    """Build ``cfg``'s estimator and fit it on the warm-up rows; the timed call learns the next
-    ``n_rows`` rows in one ``partial_fit`` (see :func:`time_config`)."""
+    """Build ``cfg``'s estimator and fit it on the warm-up rows (``stream``: from
+    :func:`~skfilter.benchmarks._common.load_stream` or :func:`synthetic_image_stream`); the timed
+    call learns the next ``n_rows`` rows in one ``partial_fit``. Its row (:func:`run_prepared`)
+    holds ``us_per_row`` (median), ``us_per_row_min``, ``us_per_step`` (per filter step of
+    ``batch_size`` rows), ``value`` in ``unit``, ``n_params``, ``times`` (seconds per call),
+    ``faults_per_step``, ``sys_share`` and the other resource counts, ``error``."""
     from ..exceptions import FilterStepError
 
     est = cfg.make(device, dtype, seed, cfg.batch_size)
@@ -411,38 +394,6 @@ def run_prepared(prepared, repeats=5, device="cpu") -> list:
     return [p.finish(r) for p, r in zip(prepared, results)]
 
 
-def time_config(cfg: SpeedConfig, stream, n_rows=DEFAULT_N_ROWS, repeats=5, device="cpu", dtype="float64", seed=0,
-                warmup_rows=WARMUP_ROWS, section="concrete", unit="µs/step") -> dict:
-    """Time one per-step configuration (see the module docstring).
-
-    Parameters
-    ----------
-    cfg : SpeedConfig
-    stream : Bunch
-        From :func:`~skfilter.benchmarks._common.load_stream` or :func:`synthetic_image_stream`.
-    n_rows : int, default=500
-        Rows learned per timed ``partial_fit`` call.
-    repeats : int, default=5
-        Timed calls (the median is reported).
-    device, dtype : str
-    seed : int, default=0
-    warmup_rows : int, default=WARMUP_ROWS
-        Rows of the untimed ``fit`` before the timed calls.
-    section : str, default='concrete'
-    unit : {'µs/step', 'ms/step'}
-        Unit of ``value`` (``us_per_step`` is always in µs).
-
-    Returns
-    -------
-    dict
-        ``us_per_row`` (median), ``us_per_row_min``, ``us_per_step`` (per filter step of
-        ``batch_size`` rows), ``value``/``unit``, ``n_params``, ``times`` (seconds per call),
-        ``faults_per_step``, ``sys_share`` and the other resource counts, ``error``.
-    """
-    prepared = prepare_config(cfg, stream, n_rows, device, dtype, seed, warmup_rows, section, unit)
-    return run_prepared([prepared], repeats, device)[0]
-
-
 def _mlp(classifier, hidden, seed):
     from sklearn.neural_network import MLPClassifier, MLPRegressor
 
@@ -451,7 +402,9 @@ def _mlp(classifier, hidden, seed):
 
 def prepare_mlp_baseline(stream, n_rows=DEFAULT_N_ROWS, seed=0, hidden=(50,), classifier=False,
                          warmup_rows=WARMUP_ROWS, section="reference") -> _Prepared:
-    """scikit-learn's ``partial_fit`` loop ready to time (see :func:`time_mlp_baseline`)."""
+    """scikit-learn's ``MLPRegressor`` (``classifier``: ``MLPClassifier``, classes from the whole
+    stream) ``partial_fit`` on one row per call, ``n_rows`` calls per timed repeat, ready to time;
+    its row has the keys of :func:`prepare_config`'s (``value`` in µs/row)."""
     est = _mlp(classifier, hidden, seed)
     name = "MLPClassifier.partial_fit" if classifier else REFERENCE
     kw = {"classes": np.unique(stream.y)} if classifier else {}
@@ -474,33 +427,6 @@ def prepare_mlp_baseline(stream, n_rows=DEFAULT_N_ROWS, seed=0, hidden=(50,), cl
                     **_usage_fields(usage, n_rows * len(times)))
 
     return _Prepared(loop, finish)
-
-
-def time_mlp_baseline(stream, n_rows=DEFAULT_N_ROWS, repeats=5, seed=0, hidden=(50,), classifier=False,
-                      warmup_rows=WARMUP_ROWS, section="reference") -> dict:
-    """Time scikit-learn's ``MLPRegressor`` (or ``MLPClassifier``) ``partial_fit`` on one row per
-    call (CPU, float64).
-
-    Parameters
-    ----------
-    stream : Bunch
-    n_rows : int, default=500
-        Calls per timed repeat.
-    repeats : int, default=5
-    seed : int, default=0
-    hidden : tuple of int, default=(50,)
-    classifier : bool, default=False
-        ``MLPClassifier`` (classes from the whole stream) instead of ``MLPRegressor``.
-    warmup_rows : int, default=WARMUP_ROWS
-    section : str, default='reference'
-
-    Returns
-    -------
-    dict
-        Same keys as :func:`time_config` (``value`` in µs/row).
-    """
-    prepared = prepare_mlp_baseline(stream, n_rows, seed, hidden, classifier, warmup_rows, section)
-    return run_prepared([prepared], repeats)[0]
 
 
 def time_streaming(stream, n_rows=DEFAULT_N_ROWS, repeats=5, device="cpu", dtype="float64", seed=0,
@@ -832,22 +758,10 @@ def display_rows(results) -> list:
     return out
 
 
-COLUMNS = [
-    ("config", "workload", ""),
-    ("section", "section", ""),
-    ("P", "P", ""),
-    ("dtype", "dtype", ""),
-    ("measured", "measured", ""),
-    ("unit", "unit", ""),
-    ("target", "target", ""),
-    ("meets", "meets", ""),
-    ("ratio", "× ref", ""),
-    ("target_ratio", "target × ref", ""),
-    ("meets_ratio", "meets ×", ""),
-    ("ref", "ref", ""),
-    ("faults", "faults/step", ""),
-    ("sys", "sys %", ""),
-]
+COLUMNS = [("config", "workload", ""), ("section", "section", ""), ("P", "P", ""), ("dtype", "dtype", ""),
+           ("measured", "measured", ""), ("unit", "unit", ""), ("target", "target", ""), ("meets", "meets", ""),
+           ("ratio", "× ref", ""), ("target_ratio", "target × ref", ""), ("meets_ratio", "meets ×", ""),
+           ("ref", "ref", ""), ("faults", "faults/step", ""), ("sys", "sys %", "")]
 
 
 def notes(results, settings, env) -> list:
@@ -897,28 +811,6 @@ def notes(results, settings, env) -> list:
                  f"{env['torch_threads']} thread(s), BLAS threads {settings['blas_threads']}, OMP_NUM_THREADS="
                  f"{env['OMP_NUM_THREADS']}; 1-min load average before the run {load}.")
     return lines
-
-
-def source_revision() -> dict | None:
-    """The git commit of the measured package and whether its files differ from it (``None``
-    outside a git checkout, e.g. an installed wheel).
-
-    Returns
-    -------
-    dict or None
-        ``commit`` (hex), ``dirty`` (bool: uncommitted changes under the package directory).
-    """
-    import subprocess
-
-    pkg = Path(__file__).resolve().parents[1]
-    try:
-        commit = subprocess.run(["git", "-C", str(pkg), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=10, check=True).stdout.strip()
-        status = subprocess.run(["git", "-C", str(pkg), "status", "--porcelain", "--", "."], capture_output=True,
-                                text=True, timeout=10, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return {"commit": commit, "dirty": bool(status.strip())} if commit else None
 
 
 def _resolve_suites(suites, network):
@@ -1007,7 +899,7 @@ def run_speed(configs=None, n_rows=None, repeats=5, device="cpu", dtype="float64
     results = []
     if baseline and "concrete" not in suites:
         say(f"  timing {REFERENCE} (reference) ...", flush=True)
-        results.append(time_mlp_baseline(concrete, rows_main, repeats, seed))
+        results.extend(run_prepared([prepare_mlp_baseline(concrete, rows_main, seed)], repeats))
     for section in suites:
         say(f"  [{section}] {SECTIONS[section]}", flush=True)
         if section == "concrete":
@@ -1040,7 +932,7 @@ def run_speed(configs=None, n_rows=None, repeats=5, device="cpu", dtype="float64
             results.extend(run_prepared(prepared, repeats, device))
         synchronize(device)
     _relate(results)
-    env = {**environment(), **machine_info(), "source": source_revision()}
+    env = environment()
     settings = {"suites": suites, "dataset": "concrete (standardised, shuffled with seed %d)" % seed,
                 "model": "MLP 8-50-1 ReLU", "n_rows": rows_main, "mnist_rows": rows_mnist, "repeats": repeats,
                 "fit_repeats": int(fit_repeats), "ekf_repeats": int(ekf_repeats), "digits_rows": digits_rows,
@@ -1067,27 +959,18 @@ def run_speed(configs=None, n_rows=None, repeats=5, device="cpu", dtype="float64
            "seconds": time.perf_counter() - t0}
     settings["seconds"] = out["seconds"]
     if json_path is not None:
-        path = _prepare(json_path)
-        path.write_text(json.dumps({k: out[k] for k in ("environment", "settings", "results", "notes")}, indent=2,
-                                   default=str) + "\n")
+        path = write_text(json_path, json.dumps({k: out[k] for k in ("environment", "settings", "results", "notes")},
+                                                indent=2, default=str) + "\n")
         out["json_path"] = path
         say(f"  results written to {path}")
     if markdown_path is not None:
-        path = _prepare(markdown_path)
         load = "n/a" if load_before is None else f"{load_before:.2f}"
-        path.write_text(f"<!-- generated by {command or 'python -m skfilter.benchmarks speed'}; 1-min load "
-                        f"average before the run: {load} -->\n\n" + format_table(shown, COLUMNS, markdown=True)
-                        + "\n\n" + "\n".join(f"- {line}" for line in lines) + "\n")
+        path = write_text(markdown_path, format_table(shown, COLUMNS, markdown=True) + "\n\n"
+                          + "\n".join(f"- {line}" for line in lines) + "\n",
+                          f"{(command or 'speed').removeprefix('python -m skfilter.benchmarks ')}; 1-min load average before the run: {load}")
         out["markdown_path"] = path
         say(f"  table written to {path}")
     return out
-
-
-def _prepare(path) -> Path:
-    path = Path(path)
-    if path.parent != Path(""):
-        path.parent.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 #: ``--json`` / ``--markdown`` without a path
@@ -1125,21 +1008,6 @@ def add_arguments(parser) -> None:
                         help="legacy: 'mnist' = --suite mnist (LoFi r10 on MLP 784-500-500-10, P=648,010)")
 
 
-@contextlib.contextmanager
-def _blas_threads(n):
-    """Limit the BLAS/OpenMP pools numpy and scikit-learn use to ``n`` threads (threadpoolctl)."""
-    if not n:
-        yield None
-        return
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - a scikit-learn dependency
-        yield None
-        return
-    with threadpool_limits(limits=int(n)):
-        yield int(n)
-
-
 def main(args) -> int:
     """Run :func:`run_speed` with parsed command-line ``args``; exit status 0 (2 on a bad name or device)."""
     from .._utils import resolve_device
@@ -1168,9 +1036,9 @@ def main(args) -> int:
     mnist_configs = with_batch_sizes(mnist_configs, args.batch_sizes)
     command = "python -m skfilter.benchmarks speed" + "".join(" " + shlex.quote(a) for a in sys.argv[2:]) \
         if len(sys.argv) > 1 and sys.argv[1] == "speed" else None
-    with torch_threads(args.threads), _blas_threads(args.threads) as blas:
-        run_speed(configs, n_rows=args.n_rows, repeats=args.repeats, device=args.device, dtype=args.dtype,
-                  seed=args.seed, baseline=not args.no_baseline, json_path=args.json, suites=suites,
-                  mnist_configs=mnist_configs, fit_repeats=args.fit_repeats, ekf_repeats=args.ekf_repeats,
-                  digits_rows=args.digits_rows, markdown_path=args.markdown, blas_threads=blas, command=command)
+    run_speed(configs, n_rows=args.n_rows, repeats=args.repeats, device=args.device, dtype=args.dtype,
+              seed=args.seed, baseline=not args.no_baseline, json_path=args.json, suites=suites,
+              mnist_configs=mnist_configs, fit_repeats=args.fit_repeats, ekf_repeats=args.ekf_repeats,
+              digits_rows=args.digits_rows, markdown_path=args.markdown, blas_threads=args.threads or None,
+              command=command)
     return 0

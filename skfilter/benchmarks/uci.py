@@ -49,13 +49,14 @@ spaces and budgets not given; the authors' scripts use 20 random + 25 BO trials 
   not strictly held out (two or three scalars are chosen on them); ``--tune-per-split`` searches on
   every split's own training rows instead (clean, 20× the search cost).
 
-Outputs in ``--out``: ``results.jsonl`` (one line per run: the resume log), ``search.jsonl`` (one
-line per search trial), ``results.csv`` (per run), ``summary.csv``/``summary.json`` (per dataset,
-method, rank and passes, with the paper's value), ``uci_results.md`` (tables: RMSE ± SE beside the
-paper's Tables 2-5, NLPD, ±2σ coverage, µs per step and seconds per pass beside Table 6, chosen
-hyper-parameters) and ``uci_rmse_vs_rank_p{passes}.png`` (RMSE against rank per dataset, ours solid,
-the paper's dashed). A run killed half-way resumes from ``results.jsonl``/``search.jsonl``: finished
-trials and runs with the same settings are not repeated (``--fresh`` ignores them).
+Outputs in ``--out``: ``results.jsonl`` (one line per run), ``search.jsonl`` (one line per search
+trial), ``results.csv`` (per run), ``summary.csv``/``summary.json`` (per dataset, method, rank and
+passes, with the paper's value), ``uci_results.md`` (tables: RMSE ± SE beside the paper's Tables
+2-5, NLPD, ±2σ coverage, µs per step and seconds per pass beside Table 6, chosen hyper-parameters),
+``uci_rmse_vs_rank_p{passes}.png`` (RMSE against rank per dataset, ours solid, the paper's dashed)
+and ``cache/`` (:class:`joblib.Memory` of every finished trial and run). A run killed half-way
+resumes from the cache: finished trials and runs with the same settings (and the same code of
+:func:`evaluate`) are loaded, not repeated (``--fresh`` clears the cache first).
 
 Run as ``python -m skfilter.benchmarks uci`` (all methods and ranks, 1 pass, 20 splits: hours on
 two cores; ``--jobs`` runs splits and trials in parallel processes), ``--quick`` for a smoke run.
@@ -63,25 +64,16 @@ two cores; ``--jobs`` runs splits and trials in parallel processes), ``--quick``
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ._common import (
-    DEFAULT_THREADS,
-    environment,
-    format_table,
-    int_at_least,
-    positive_int,
-    set_threads,
-    write_csv,
-)
+from ._common import (DEFAULT_THREADS, environment, format_table, int_at_least, limit_threads, missing_uci_data,
+                      nonzero_scale, positive_int, save_figure, write_csv)
 from ..metrics import gaussian_nlpd, interval_coverage
 from ._uci_paper import paper_rmse, paper_seconds
 
@@ -178,18 +170,14 @@ def make_estimator(config: Config, hp: dict, passes: int, seed: int):
 
 
 def grid_points(config: Config, grid: str):
-    """The hyper-parameter dicts searched for ``config``."""
-    g = GRIDS[grid]["sgd" if config.method == "sgd-rb" else "filter"]
-    names = sorted(g)
-    return [dict(zip(names, vals)) for vals in itertools.product(*(g[n] for n in names))]
+    """The hyper-parameter dicts searched for ``config`` (:class:`sklearn.model_selection.ParameterGrid`
+    order: names sorted, the last one varying fastest)."""
+    from sklearn.model_selection import ParameterGrid
+
+    return list(ParameterGrid(GRIDS[grid]["sgd" if config.method == "sgd-rb" else "filter"]))
 
 
 # -- data ---------------------------------------------------------------------------------------
-def _scale(std):
-    std = np.asarray(std, dtype=np.float64)
-    return np.where(std > 0, std, 1.0)
-
-
 def prepare_split(name, split, data_home=None, n_train_max=None, validation_fraction=None):
     """Standardised training stream and held-out rows of one split.
 
@@ -213,8 +201,8 @@ def prepare_split(name, split, data_home=None, n_train_max=None, validation_frac
         if n_val >= len(ytr):
             raise ValueError(f"{name}: too few training rows ({len(ytr)}) for a validation set.")
         Xtr, Xte, ytr, yte = Xtr[:-n_val], Xtr[-n_val:], ytr[:-n_val], ytr[-n_val:]
-    xm, xs = Xtr.mean(0), _scale(Xtr.std(0))
-    ym, ys = float(ytr.mean()), float(_scale(ytr.std()))
+    xm, xs = Xtr.mean(0), nonzero_scale(Xtr.std(0))
+    ym, ys = float(ytr.mean()), float(nonzero_scale(ytr.std()))
     return {"X": (Xtr - xm) / xs, "y": (ytr - ym) / ys, "X_eval": (Xte - xm) / xs, "y_eval": yte,
             "y_mean": ym, "y_scale": ys}
 
@@ -237,12 +225,14 @@ def _warm_up(config: Config):
     _WARM.add(config.method)
 
 
-def evaluate(task: dict) -> dict:
-    """Fit one configuration on one split's training stream and score it on the held-out rows.
+def evaluate(task: dict, data_home=None, threads=DEFAULT_THREADS) -> dict:
+    """Fit one configuration on one split's training stream and score it on the held-out rows,
+    with ``threads`` threads (:func:`~skfilter.benchmarks._common.limit_threads`) and the UCI files
+    of ``data_home``.
 
     ``task`` holds ``dataset``, ``split``, ``method``, ``rank``, ``passes``, ``hp``, ``seed``,
-    ``data_home``, ``n_train_max``, ``validation_fraction`` (None for a test run), ``threads``,
-    ``key`` and optionally ``fallback_hps``: hyper-parameters tried in turn when training with
+    ``n_train_max``, ``validation_fraction`` (None for a test run), ``key`` and optionally
+    ``fallback_hps``: hyper-parameters tried in turn when training with
     ``hp`` diverges (a :class:`~skfilter.exceptions.FilterStepError`, or non-finite predictions;
     no test target is used to decide). Returns the task's fields plus ``hp_used``, ``hp_rank``
     (0: ``hp``; k: the k-th fallback), ``n_fallbacks``, ``rmse``, ``nlpd`` (original units),
@@ -250,19 +240,19 @@ def evaluate(task: dict) -> dict:
     ``rmse_std`` (standardised), ``seconds_fit``, ``us_per_step``, ``seconds_per_pass`` (of the
     fit that was scored), ``n_train``, ``n_eval`` and ``error`` (None, or why there are no scores).
     """
-    set_threads(task.get("threads", DEFAULT_THREADS))
     config = Config(task["method"], task["rank"])
-    _warm_up(config)
-    data = prepare_split(task["dataset"], task["split"], task["data_home"], task["n_train_max"],
-                         task["validation_fraction"])
-    out = {k: v for k, v in task.items() if k not in ("data_home", "threads", "fallback_hps")}
-    fallbacks = list(task.get("fallback_hps") or [])
-    out.update(n_train=len(data["y"]), n_eval=len(data["y_eval"]), n_fallbacks=len(fallbacks))
-    for rank, hp in enumerate([task["hp"]] + fallbacks):
-        res = _fit_and_score(config, hp, data, int(task["passes"]), task["seed"])
-        out.update(res, hp_used=hp, hp_rank=rank)
-        if res["error"] is None:
-            break
+    out = {k: v for k, v in task.items() if k != "fallback_hps"}
+    with limit_threads(threads):
+        _warm_up(config)
+        data = prepare_split(task["dataset"], task["split"], data_home, task["n_train_max"],
+                             task["validation_fraction"])
+        fallbacks = list(task.get("fallback_hps") or [])
+        out.update(n_train=len(data["y"]), n_eval=len(data["y_eval"]), n_fallbacks=len(fallbacks))
+        for rank, hp in enumerate([task["hp"]] + fallbacks):
+            res = _fit_and_score(config, hp, data, int(task["passes"]), task["seed"])
+            out.update(res, hp_used=hp, hp_rank=rank)
+            if res["error"] is None:
+                break
     return out
 
 
@@ -302,58 +292,32 @@ def _key(kind, dataset, config, passes, split, hp, n_train_max, extra=""):
     return f"{kind}|{dataset}|{config.label}|p{passes}|s{split}|{hp_s}|n{n_train_max}|{extra}"
 
 
-def _read_jsonl(path):
-    done = {}
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:  # a line cut short by a kill
-                continue
-            done[rec["key"]] = rec
-    return done
-
-
-def _run_tasks(tasks, log_path, jobs, say, label, run=True):
-    """Run ``tasks`` (skipping those already in ``log_path``), appending each result as it arrives;
-    with ``run=False`` only read what is there."""
-    done = _read_jsonl(log_path)
-
-    def finished(t):
-        rec = done.get(t["key"])
-        # a failed run is redone if it could now try more fallback hyper-parameters
-        return rec is not None and (rec.get("error") is None
-                                    or rec.get("n_fallbacks", 0) >= len(t.get("fallback_hps") or []))
-
-    todo = [t for t in tasks if not finished(t)]
+def _run_tasks(tasks, memory, log_path, jobs, say, label, run=True, **context):
+    """Run ``tasks`` through :func:`evaluate` (``context``: its ``data_home`` and ``threads``), cached
+    by ``memory`` (a :class:`joblib.Memory`): a task finished before, also in a run killed half-way,
+    is loaded instead of recomputed. With ``run=False`` only the cached ones are read. Writes the
+    records, one JSON line each, to ``log_path``; returns them by ``key``."""
+    cached = memory.cache(evaluate, ignore=["data_home", "threads"])
+    todo = [t for t in tasks if not cached.check_call_in_cache(t, **context)]
     if not run:
-        say(f"{label}: {len(tasks)} runs, {len(tasks) - len(todo)} in {log_path.name}, {len(todo)} missing "
+        say(f"{label}: {len(tasks)} runs, {len(tasks) - len(todo)} cached, {len(todo)} missing "
             "(report only: not run)")
-        return done
-    say(f"{label}: {len(tasks)} runs, {len(tasks) - len(todo)} already in {log_path.name}, {len(todo)} to do"
+        return {t["key"]: cached(t, **context) for t in tasks if t not in todo}
+    say(f"{label}: {len(tasks)} runs, {len(tasks) - len(todo)} already cached, {len(todo)} to do"
         + (f" on {jobs} processes" if jobs > 1 and todo else ""))
-    if not todo:
-        return done
     t0 = time.perf_counter()
-    if jobs > 1:
+    if jobs > 1 and todo:
         from joblib import Parallel, delayed
 
-        results = Parallel(n_jobs=jobs, return_as="generator_unordered")(delayed(evaluate)(t) for t in todo)
+        results = Parallel(n_jobs=jobs, return_as="generator_unordered")(delayed(cached)(t, **context) for t in todo)
     else:
-        results = (evaluate(t) for t in todo)
-    with log_path.open("a") as fh:
-        if log_path.stat().st_size and not log_path.read_bytes().endswith(b"\n"):
-            fh.write("\n")  # a line cut short by a kill: start the next record on its own line
-        for i, rec in enumerate(results, 1):
-            fh.write(json.dumps(rec) + "\n")
-            fh.flush()
-            done[rec["key"]] = rec
-            if i == len(todo) or i % max(1, len(todo) // 20) == 0:
-                el = time.perf_counter() - t0
-                say(f"  {i}/{len(todo)} done, {el:.0f} s elapsed, ~{el / i * (len(todo) - i):.0f} s left")
+        results = (cached(t, **context) for t in todo)
+    for i, _ in enumerate(results, 1):
+        if i == len(todo) or i % max(1, len(todo) // 20) == 0:
+            el = time.perf_counter() - t0
+            say(f"  {i}/{len(todo)} done, {el:.0f} s elapsed, ~{el / i * (len(todo) - i):.0f} s left")
+    done = {t["key"]: cached(t, **context) for t in tasks}
+    log_path.write_text("".join(json.dumps(rec) + "\n" for rec in done.values()))
     return done
 
 
@@ -365,17 +329,13 @@ def _score(rec, select):
 
 
 # -- aggregation and tables -----------------------------------------------------------------------
-def _mean_se(values):
-    """Mean and standard error (``ddof=1``) of the finite values (nan where undefined)."""
-    v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=np.float64)
-    if v.size == 0:
-        return float("nan"), float("nan")
-    return float(v.mean()), float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else float("nan")
+def _finite(values):
+    """The finite values as a :class:`pandas.Series` (its ``mean``, ``sem`` and ``std`` use
+    ``ddof=1`` and give nan where undefined)."""
+    import pandas as pd
 
-
-def _sd(values):
-    v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=np.float64)
-    return float(v.std(ddof=1)) if v.size > 1 else float("nan")
+    v = pd.Series(values, dtype=np.float64)
+    return v[np.isfinite(v)]
 
 
 def summarize(runs, configs, datasets, passes_list):
@@ -390,15 +350,14 @@ def summarize(runs, configs, datasets, passes_list):
                 if not recs:
                     continue
                 ok = [r for r in recs if r["error"] is None]
-                rm, rse = _mean_se([r["rmse"] for r in ok])
-                nm, nse = _mean_se([r["nlpd"] for r in ok])
-                cm, cse = _mean_se([r.get("coverage") for r in ok])  # absent in logs of older versions
+                rmse, nlpd = _finite([r["rmse"] for r in ok]), _finite([r["nlpd"] for r in ok])
+                coverage = _finite([r.get("coverage") for r in ok])  # absent in logs of older versions
                 paper = paper_rmse(d, c.method, c.rank, p)
                 rows.append({
                     "dataset": d, "method": c.method, "rank": c.rank_label, "passes": p, "n_splits": len(recs),
-                    "n_failed": len(recs) - len(ok), "rmse": rm, "rmse_se": rse,
-                    "rmse_sd": _sd([r["rmse"] for r in ok]), "nlpd": nm, "nlpd_se": nse,
-                    "coverage": cm, "coverage_se": cse,
+                    "n_failed": len(recs) - len(ok), "rmse": rmse.mean(), "rmse_se": rmse.sem(),
+                    "rmse_sd": rmse.std(), "nlpd": nlpd.mean(), "nlpd_se": nlpd.sem(),
+                    "coverage": coverage.mean(), "coverage_se": coverage.sem(),
                     "n_fallback": sum(1 for r in ok if r.get("hp_rank", 0) > 0),
                     "us_per_step": float(np.median([r["us_per_step"] for r in (ok or recs)])),
                     "seconds_per_pass": float(np.median([r["seconds_per_pass"] for r in (ok or recs)])),
@@ -505,10 +464,7 @@ def plot_rmse_vs_rank(summary, datasets, passes, path):
         fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
     fig.suptitle("UCI regression: ours (solid) vs the LoFi paper (dashed); mean ± SE over splits", fontsize=10)
     fig.tight_layout(rect=(0, 0.05, 1, 0.96))
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 # -- the command ----------------------------------------------------------------------------------
@@ -566,10 +522,11 @@ def run_uci(datasets=DATASETS, configs=None, splits=20, passes_list=(1,), out="u
     data_home = None if data_home is None else str(data_home)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    results_path, search_path = out / "results.jsonl", out / "search.jsonl"
+    from joblib import Memory
+
+    memory = Memory(out / "cache", verbose=0)
     if fresh and not report_only:
-        for p in (results_path, search_path):
-            p.unlink(missing_ok=True)
+        memory.clear(warn=False)
     split_lists = {d: list(range(min(int(splits), uci_n_splits(d, data_home)))) for d in datasets}
     say(f"UCI benchmark: {len(datasets)} dataset(s), {len(configs)} configuration(s), passes {list(passes_list)}, "
         f"splits {max(len(s) for s in split_lists.values())}, grid '{grid}', selection by validation {select}; "
@@ -577,8 +534,7 @@ def run_uci(datasets=DATASETS, configs=None, splits=20, passes_list=(1,), out="u
 
     def base(d, c, p, s, hp, kind, vfrac):
         return {"dataset": d, "split": s, "method": c.method, "rank": c.rank, "passes": p, "hp": hp,
-                "seed": seed + s, "data_home": data_home, "n_train_max": n_train_max,
-                "validation_fraction": vfrac, "threads": threads, "kind": kind,
+                "seed": seed + s, "n_train_max": n_train_max, "validation_fraction": vfrac, "kind": kind,
                 "key": _key(kind, d, c, p, s, hp, n_train_max, f"v{vfrac}" if vfrac else "")}
 
     # 1. search
@@ -587,7 +543,8 @@ def run_uci(datasets=DATASETS, configs=None, splits=20, passes_list=(1,), out="u
     search_tasks = [base(d, c, p, s, hp, "search", tune_fraction)
                     for d in datasets for c in configs for p in passes_list for s in tune_splits[d]
                     for hp in grid_points(c, grid)]
-    trials = _run_tasks(search_tasks, search_path, jobs, say, "search", run=not report_only)
+    trials = _run_tasks(search_tasks, memory, out / "search.jsonl", jobs, say, "search", run=not report_only,
+                        data_home=data_home, threads=threads)
     ranked, incomplete = {}, set()
     for t in search_tasks:
         k = (t["dataset"], Config(t["method"], t["rank"]), t["passes"], t["split"])
@@ -620,7 +577,8 @@ def run_uci(datasets=DATASETS, configs=None, splits=20, passes_list=(1,), out="u
                     task = base(d, c, p, s, hp, "test", None)
                     task["fallback_hps"] = spare
                     test_tasks.append(task)
-    done = _run_tasks(test_tasks, results_path, jobs, say, "test runs", run=not report_only)
+    done = _run_tasks(test_tasks, memory, out / "results.jsonl", jobs, say, "test runs", run=not report_only,
+                      data_home=data_home, threads=threads)
     runs = [done[t["key"]] for t in test_tasks if t["key"] in done]
 
     # 3. tables, files
@@ -650,29 +608,20 @@ def run_uci(datasets=DATASETS, configs=None, splits=20, passes_list=(1,), out="u
     return {"summary": summary, "runs": runs, "hyperparameters": hyper, "paths": paths, "seconds": seconds}
 
 
-RUN_COLUMNS = [("dataset", "dataset", ""), ("method", "method", ""), ("rank", "rank", ""), ("passes", "passes", ""),
-               ("split", "split", ""), ("seed", "seed", ""), ("n_train", "n_train", ""), ("n_eval", "n_test", ""),
-               ("rmse", "rmse", ""), ("nlpd", "nlpd", ""), ("coverage", "coverage", ""),
-               ("rmse_std", "rmse_std", ""),
-               ("seconds_fit", "seconds_fit", ""), ("us_per_step", "us_per_step", ""), ("hp", "hp", ""),
-               ("hp_rank", "hp_rank", ""), ("hp_used", "hp_used", ""), ("error", "error", "")]
-SUMMARY_COLUMNS = [("dataset", "dataset", ""), ("method", "method", ""), ("rank", "rank", ""),
-                   ("passes", "passes", ""), ("n_splits", "n_splits", ""), ("n_failed", "n_failed", ""),
-                   ("n_fallback", "n_fallback", ""),
-                   ("rmse", "rmse", ""), ("rmse_se", "rmse_se", ""), ("rmse_sd", "rmse_sd", ""),
-                   ("paper_rmse", "paper_rmse", ""),
-                   ("paper_rmse_se", "paper_rmse_se", ""), ("nlpd", "nlpd", ""), ("nlpd_se", "nlpd_se", ""),
-                   ("coverage", "coverage", ""), ("coverage_se", "coverage_se", ""),
-                   ("us_per_step", "us_per_step", ""), ("seconds_per_pass", "seconds_per_pass", ""),
-                   ("paper_seconds", "paper_seconds", ""), ("hp", "hp", "")]
+#: columns of results.csv (one row per test run) and summary.csv
+RUN_FIELDS = ("dataset", "method", "rank", "passes", "split", "seed", "n_train", "n_eval", "rmse", "nlpd", "coverage",
+              "rmse_std", "seconds_fit", "us_per_step", "hp", "hp_rank", "hp_used", "error")
+SUMMARY_FIELDS = ("dataset", "method", "rank", "passes", "n_splits", "n_failed", "n_fallback", "rmse", "rmse_se",
+                  "rmse_sd", "paper_rmse", "paper_rmse_se", "nlpd", "nlpd_se", "coverage", "coverage_se",
+                  "us_per_step", "seconds_per_pass", "paper_seconds", "hp")
 
 
 def _write_outputs(out, runs, summary, hyper, configs, datasets, passes_list, select, grid, figure, settings):
     paths = {}
     flat = [{**r, "hp": json.dumps(r["hp"], sort_keys=True),
              "hp_used": json.dumps(r.get("hp_used", r["hp"]), sort_keys=True)} for r in runs]
-    paths["runs_csv"] = write_csv(out / "results.csv", flat, RUN_COLUMNS)
-    paths["summary_csv"] = write_csv(out / "summary.csv", summary, SUMMARY_COLUMNS)
+    paths["runs_csv"] = write_csv(out / "results.csv", flat, RUN_FIELDS)
+    paths["summary_csv"] = write_csv(out / "summary.csv", summary, SUMMARY_FIELDS)
     env = environment()
     (out / "summary.json").write_text(json.dumps(
         {"settings": {**settings, "grid": grid, "grid_values": GRIDS[grid], "select": select,
@@ -753,7 +702,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="random_state of split k is seed + k")
     parser.add_argument("--threads", type=int, default=DEFAULT_THREADS, help="torch threads per process")
     parser.add_argument("--no-figure", action="store_true", help="skip the matplotlib figures")
-    parser.add_argument("--fresh", action="store_true", help="ignore results already in --out")
+    parser.add_argument("--fresh", action="store_true", help="clear the cache of finished runs in --out first")
     parser.add_argument("--report-only", action="store_true",
                         help="run nothing: write the tables from the results already in --out")
 
@@ -773,20 +722,15 @@ def main(args) -> int:
     if not 0 < args.tune_fraction < 1:
         print(f"--tune-fraction must be in (0, 1), got {args.tune_fraction}")
         return 2
-    from ..datasets import UCI_DATASETS, check_uci_data, default_data_home
+    from ..datasets import UCI_DATASETS
 
     bad = [d for d in datasets if d not in UCI_DATASETS]
     if bad:
         print(f"unknown dataset(s) {bad}; choose from {list(UCI_DATASETS)}")
         return 2
-    home = args.data_home if args.data_home is not None else default_data_home()  # as run_uci resolves it
-    try:  # before any work: say which files are missing and how to get them
-        check_uci_data(datasets, home)
-    except FileNotFoundError as exc:
-        hint = ("\n  Without downloading: --datasets concrete runs on the bundled concrete set."
-                if home is None and datasets != ["concrete"] else "")
-        print(f"uci: {exc}{hint}", file=sys.stderr)
-        return 2
+    status = missing_uci_data("uci", datasets, args.data_home)  # before any work
+    if status:
+        return status
     run_uci(datasets=datasets, configs=configs,
             splits=args.splits or (QUICK["splits"] if quick else 20), passes_list=args.passes or (1,),
             out=args.out, data_home=args.data_home, jobs=args.jobs, n_train_max=args.n_train_max,

@@ -59,9 +59,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ._common import current_load, format_table, load_warning, positive_int
-from ._wolf_common import (format_params, grid_search, n_inner_cost, ogd_prequential, prequential, rmedse,
-                           timed_prequential, write_text)
+from ._common import (current_load, format_table, limit_threads, load_warning, positive_int, save_figure,
+                      write_text)
+from ._wolf_common import format_params, grid_search, n_inner_cost, ogd_prequential, rmedse, timed_prequential
 
 HELP = "WoLF for online 1-D MLP regression with outliers, sorted/unsorted (thesis §4.7.3): RMedSE, figure"
 
@@ -216,7 +216,7 @@ def plot_example(results, path) -> Path:
                 continue
             if online:  # x increases along the stream: the one-step-ahead band is a curve in x
                 xs = s["X"][:, 0]
-                mean, std = prequential(clone(est), s["X"], s["y"], return_std=True)
+                mean, std = clone(est).prequential_fit_predict(s["X"], s["y"], return_std=True)
             else:  # the belief after the pass, on a grid
                 xs = grid[:, 0]
                 mean, std = est.predict(grid, return_std=True)
@@ -233,11 +233,7 @@ def plot_example(results, path) -> Path:
                         else "predict(x, return_std=True) after one pass"))
         ax.legend(fontsize=7, loc="lower right", ncol=2)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def run(orderings=ORDERINGS, n_trials=10, tune_trials=2, out=None, figure=True, grids=None, n_steps=N_STEPS,
@@ -245,10 +241,8 @@ def run(orderings=ORDERINGS, n_trials=10, tune_trials=2, out=None, figure=True, 
     """Run the benchmark (module docstring); returns ``rows``, ``text``, ``path``, ``figure``."""
     import torch
 
-    from ._common import torch_threads
-
     load = current_load()
-    with torch_threads(1):
+    with limit_threads(1):
         results = [run_ordering(o, n_trials, tune_trials, grids, n_steps, progress) for o in orderings]
     rows = [r for res in results for r in res["rows"]]
     header = (f"1-D MLP regression with 5 % U[−40, 40] outliers (thesis §4.7.3): MLP 1-10-10-1 ReLU, Q = 1e-4 I, "

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._common import format_table
+from ._common import format_table, write_text
 
 HELP = "WoLFClassifier vs the plain filter on streams with flipped labels"
 
@@ -99,7 +99,6 @@ def main(args) -> int:
     rows = run(tuple(range(args.seeds)), thresholds)
     print(format_table(rows, COLUMNS))
     if args.markdown is not None:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(format_table(rows, COLUMNS, markdown=True) + "\n")
+        write_text(args.markdown, format_table(rows, COLUMNS, markdown=True) + "\n")
         print(f"  table written to {args.markdown}")
     return 0

@@ -79,8 +79,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ._common import current_load, format_table, load_warning, positive_int
-from ._wolf_common import format_params, grid_search, n_inner_cost, write_text
+from ._common import current_load, format_table, limit_threads, load_warning, positive_int, write_text
+from ._wolf_common import format_params, grid_search, n_inner_cost
 
 HELP = "WoLF on 2-D tracking with Student-t / mixture outliers (thesis §4.7.1, Table 4.2): J_T and time vs KF"
 
@@ -420,11 +420,9 @@ def run(variants=VARIANTS, n_trials=100, n_steps=1000, out=None, grids=None, tor
     """Run the benchmark (module docstring); returns ``{'rows', 'results', 'table', 'path'}``."""
     import torch
 
-    from ._common import torch_threads
-
     load = current_load()
     results = []
-    with torch_threads(1):
+    with limit_threads(1):
         for v in variants:
             results.append(run_variant(v, n_trials, n_steps, grids=grids, torch_row=torch_row, progress=progress))
     rows = [r for res in results for r in res["rows"]]

@@ -67,9 +67,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ._common import current_load, format_table, load_warning, positive_int
-from ._wolf_common import (format_params, grid_search, n_inner_cost, ogd_prequential, rmedse, timed_prequential,
-                           write_text)
+from ._common import (current_load, format_table, limit_threads, load_warning, missing_uci_data, positive_int,
+                      write_text)
+from ._wolf_common import format_params, grid_search, n_inner_cost, ogd_prequential, rmedse, timed_prequential
 
 HELP = "WoLF on UCI regression with 10% target outliers (thesis §4.7.2, Fig. 4.5): RMedSE and time vs OGD"
 
@@ -260,10 +260,8 @@ def run(datasets=DEFAULT_DATASETS, n_trials=10, out=None, grids=None, replay_sgd
     """Run the benchmark (module docstring); returns ``rows``, ``summary``, ``text`` and ``path``."""
     import torch
 
-    from ._common import torch_threads
-
     load = current_load()
-    with torch_threads(1):
+    with limit_threads(1):
         results = [run_dataset(name, n_trials, grids, replay_sgd, data_home, n_rows, progress)
                    for name in datasets]
     rows = [r for res in results for r in res["rows"]]
@@ -293,8 +291,17 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    """Run the benchmark and print the tables."""
-    res = run(resolve_datasets(args.datasets), args.trials, out=args.out, replay_sgd=args.replay_sgd,
+    """Run the benchmark and print the tables; exit status 2 for an unknown data set or missing UCI
+    files (said before any work, with where to get them)."""
+    try:
+        datasets = resolve_datasets(args.datasets)
+    except ValueError as exc:
+        print(exc)
+        return 2
+    status = missing_uci_data("wolf-uci", datasets, args.data_home)
+    if status:
+        return status
+    res = run(datasets, args.trials, out=args.out, replay_sgd=args.replay_sgd,
               data_home=args.data_home)
     print(format_table(res["rows"], COLUMNS))
     print()
