@@ -10,9 +10,9 @@ in one batched operation.
 =========================  =====================  ============================================
 structure                  belief                 spec
 =========================  =====================  ============================================
-:class:`FullCovariance`    :class:`FullBelief`    spec/diagonal-ekf.md §3.1 (FCEKF)
-:class:`DiagonalCovariance` :class:`DiagonalBelief` spec/diagonal-ekf.md §3.2–3.3 (FD/VD-EKF)
-:class:`LowRankPrecision`  :class:`LowRankBelief` spec/lofi.md §2 (LoFi)
+:class:`FullCovariance`    :class:`FullBelief`    diagonal-EKF paper §2.1 (FCEKF)
+:class:`DiagonalCovariance` :class:`DiagonalBelief` diagonal-EKF paper §2.2 (FD/VD-EKF)
+:class:`LowRankPrecision`  :class:`LowRankBelief` LoFi paper §3 (LoFi)
 :class:`BlockDiagonal`     :class:`BlockBelief`   one structure per parameter block (DEKF-style)
 =========================  =====================  ============================================
 """
