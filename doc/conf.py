@@ -7,9 +7,11 @@ from pathlib import Path
 DOC = Path(__file__).resolve().parent
 ROOT = DOC.parent
 sys.path.insert(0, str(ROOT))          # the checkout's skfilter, also without an editable install
+sys.path.insert(0, str(DOC / "_ext"))  # gallery_figures
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
+import gallery_figures  # noqa: E402
 import skfilter  # noqa: E402
 
 project = "skfilter"
@@ -43,10 +45,11 @@ numpydoc_class_members_toctree = False
 numpydoc_xref_param_type = False
 
 # --- Markdown pages (myst-parser) ----------------------------------------------------------------
-myst_enable_extensions = ["dollarmath", "colon_fence"]
+myst_enable_extensions = ["dollarmath", "colon_fence", "deflist"]
 myst_heading_anchors = 4                # "page.md#a-section" links resolve as on GitHub
 
 # --- the example gallery: every script of examples/ is executed -----------------------------------
+gallery_figures.remember_existing(ROOT / "examples" / gallery_figures.OUTPUT_FOLDER)
 sphinx_gallery_conf = {
     "examples_dirs": str(ROOT / "examples"),
     "gallery_dirs": str(DOC / "auto_examples"),
@@ -57,6 +60,8 @@ sphinx_gallery_conf = {
     "remove_config_comments": True,
     "abort_on_example_error": True,
     "show_memory": False,
+    # open matplotlib figures, and the PNG files an example saves under examples_output/
+    "image_scrapers": ("matplotlib", "gallery_figures.saved_figures_scraper"),
 }
 
 # --- HTML ------------------------------------------------------------------------------------------

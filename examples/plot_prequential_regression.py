@@ -1,4 +1,5 @@
-"""Prequential regression on UCI concrete: full-covariance EKF vs VD-EKF.
+"""Prequential regression on UCI concrete: full-covariance EKF vs VD-EKF
+=====================================================================
 
 Streams the 1,030 rows of the bundled UCI *concrete* data set (in a fixed shuffled order) through
 two :class:`skfilter.EKFRegressor` s that learn an 8-50-1 ReLU MLP (P = 501 parameters) online:

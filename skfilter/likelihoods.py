@@ -9,14 +9,14 @@ or later a robust weight) scales ``R`` by ``1/w``, i.e. ``Hw, ew`` by ``√w``.
 
 The canonical-link families use ``H = R J`` (the derivative of the mean is the variance), so:
 
-=============  ====================  ============================  =====================================
-family         mean ``ŷ``            ``Hw``                        ``ew``
-=============  ====================  ============================  =====================================
-Gaussian       ``f``                 ``J / √r``                    ``(y − f) / √r``
-Bernoulli      ``p = σ(f)``          ``√(p(1−p)) J``               ``(y − p) / √(p(1−p))``
-Categorical    ``p = softmax(f)``    ``Sᵀ J``, ``S = (I − p1ᵀ)D^½`` ``e / √p`` (any solution of S ẽ = e)
-Poisson        ``λ = exp(f)``        ``√λ J``                      ``(y − λ) / √λ``
-=============  ====================  ============================  =====================================
+===========  ==================  ==============================  ====================================
+family       mean ``ŷ``          ``Hw``                          ``ew``
+===========  ==================  ==============================  ====================================
+Gaussian     ``f``               ``J / √r``                      ``(y − f) / √r``
+Bernoulli    ``p = σ(f)``        ``√(p(1−p)) J``                 ``(y − p) / √(p(1−p))``
+Categorical  ``p = softmax(f)``  ``Sᵀ J``, ``S = (I − p1ᵀ)D^½``  ``e / √p`` (any solution of S ẽ = e)
+Poisson      ``λ = exp(f)``      ``√λ J``                        ``(y − λ) / √λ``
+===========  ==================  ==============================  ====================================
 
 Categorical (an exact square root, consistent with the LoFi paper's footnote 2): ``S Sᵀ = diag(p) − ppᵀ = R``, so ``HwᵀHw = Jᵀ R J`` (the
 Fisher / GGN) and ``Hwᵀ ew = Jᵀ S ẽ = Jᵀ e = Hᵀ R⁺ e`` because ``1ᵀe = 0``: the exact pseudo-inverse

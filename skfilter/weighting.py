@@ -16,15 +16,15 @@ Every weighting function here is an object called as ``weighting(residual, S, R)
 
 and returns ``W`` of shape ``(..., n)`` in ``[0, 1]``. The functions (thesis eqs. 4.5–4.7):
 
-==========================  ========================================================  ================
-name                        ``W(y, ŷ)``                                               ``threshold c``
-==========================  ========================================================  ================
-``'imq'`` (:class:`IMQ`)     ``(1 + ‖e‖² / c²)^{−1/2}``  (4.5)                          target units
-``'md'``                     ``(1 + eᵀ R⁻¹ e / c²)^{−1/2}``  (4.6)                      noise std units
-``'tmd'``                    ``1`` if ``eᵀ R⁻¹ e ≤ c`` else ``0``  (4.7)                 squared distance
-``'huber'`` (extension)      ``W² = min(1, c / ‖R^{−1/2} e‖)``  (not in the thesis)      noise std units
-``'predictive-md'``          ``(1 + eᵀ S⁺ e / c²)^{−1/2}``  (classification, see below)  predictive std
-==========================  ========================================================  ================
+========================  =========================================================  ================
+name                      ``W(y, ŷ)``                                                ``threshold c``
+========================  =========================================================  ================
+``'imq'`` (:class:`IMQ`)  ``(1 + ‖e‖² / c²)^{−1/2}`` (4.5)                           target units
+``'md'``                  ``(1 + eᵀ R⁻¹ e / c²)^{−1/2}`` (4.6)                       noise std units
+``'tmd'``                 ``1`` if ``eᵀ R⁻¹ e ≤ c`` else ``0`` (4.7)                 squared distance
+``'huber'`` (extension)   ``W² = min(1, c / ‖R^{−1/2} e‖)`` (not in the thesis)      noise std units
+``'predictive-md'``       ``(1 + eᵀ S⁺ e / c²)^{−1/2}`` (classification, see below)  predictive std
+========================  =========================================================  ================
 
 * TMD follows the thesis' convention: ``c`` bounds the **squared** Mahalanobis distance and the
   boundary counts as an inlier (the authors' code compares the unsquared distance with ``<``;
