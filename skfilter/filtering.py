@@ -1,4 +1,5 @@
-"""The filtering engine: pure filter steps over belief values (DESIGN.md, "the engine's shape").
+"""The filtering engine: pure filter steps over belief values (the engine's shape: see the architecture
+page of the documentation).
 
 A filter is made of :class:`EngineParts` — a model adapter (:mod:`skfilter.models`), a likelihood
 (:mod:`skfilter.likelihoods`), a posterior structure (:mod:`skfilter.posteriors`), the dynamics

@@ -1,4 +1,4 @@
-"""Measurement models ``h(θ, x)`` over a flat parameter vector (the *model* axis of DESIGN.md).
+"""Measurement models ``h(θ, x)`` over a flat parameter vector (the *model* axis of the engine).
 
 A filter keeps a Gaussian belief over one flat vector ``θ`` of shape ``(P,)``. This module maps any
 :class:`torch.nn.Module` to that view:

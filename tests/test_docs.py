@@ -5,7 +5,7 @@
   Public modules are found by walking the package, so a new module is checked without editing this
   file. A name counts as documented when the object it names is documented under any module (the
   posterior classes are documented once, under :mod:`skfilter.posteriors`).
-* No user-facing text mentions ``spec/``: the Markdown pages of ``doc/``, ``README.md``, the
+* No user-facing text mentions ``spec/`` (or ``DESIGN.md``): the Markdown pages of ``doc/``, ``README.md``, the
   example scripts, and every docstring the API reference renders (public
   modules, public objects, and the public members of public classes, inherited ones included).
   ``CONTRIBUTING.md`` is for contributors, who have the notes, and may point to them.
@@ -15,6 +15,7 @@ These checks read sources and docstrings only; they do not run Sphinx (``make do
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import pkgutil
@@ -152,7 +153,8 @@ def test_autosummary_parser_catches_a_missing_name():
 
 # --- no references to spec/ files in what users read -------------------------------------------
 
-SPEC = re.compile(r"\bspec(/| §)")
+#: mentions of the project's notes, which users do not have: ``spec/…`` files, "spec §…", DESIGN.md
+SPEC = re.compile(r"\bspec(/| §)|\bDESIGN\.md")
 
 
 def user_facing_pages():
@@ -199,5 +201,32 @@ def test_rendered_docstrings_cite_papers_not_spec_files():
 
 
 def test_spec_check_can_fail():
-    assert SPEC.search("see spec/lofi.md §3") and SPEC.search("(spec §2.2)")
+    assert SPEC.search("see spec/lofi.md §3") and SPEC.search("(spec §2.2)") and SPEC.search("(DESIGN.md, A.1)")
     assert not SPEC.search("the LoFi paper, §3.2 (Chang et al. 2023); the specification")
+
+
+# --- the example gallery ------------------------------------------------------------------------
+
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+
+
+def gallery_title(source):
+    """The reST title that opens a script's module docstring (Sphinx-Gallery needs one), or None."""
+    docstring = ast.get_docstring(ast.parse(source), clean=False) or ""
+    lines = docstring.strip("\n").splitlines()
+    if len(lines) >= 2 and lines[0].strip() and re.fullmatch(r"([=\-~^\"'#*+])\1*", lines[1].strip()) \
+            and len(lines[1].strip()) >= len(lines[0].strip()):
+        return lines[0].strip()
+    return None
+
+
+@pytest.mark.parametrize("script", EXAMPLES, ids=lambda p: p.name)
+def test_every_example_has_a_gallery_title(script):
+    assert gallery_title(script.read_text(encoding="utf-8")), \
+        f"{script.name}: start the module docstring with a title line underlined with '='"
+
+
+def test_gallery_title_check_can_fail():
+    assert gallery_title('"""Title\n=====\n\nText."""') == "Title"
+    assert gallery_title('"""Title.\n\nText."""') is None
+    assert gallery_title('"""A long title\n===\n"""') is None

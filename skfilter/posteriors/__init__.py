@@ -1,4 +1,4 @@
-"""Posterior structures (the *posterior structure* axis, A.1 of DESIGN.md).
+"""Posterior structures (the *posterior structure* axis of the engine).
 
 A structure (:class:`Structure`) is a stateless object with pure functions over its *beliefs*,
 immutable records of arrays (see :mod:`skfilter.posteriors._base`): ``prior``, ``transition`` (the
