@@ -275,7 +275,10 @@ class BOCDRegressor(RegressorMixin, PredictingRegressorMixin, _BOCDMeta):
 
     Notes
     -----
-    Adams & MacKay (2007); Duran-Martin et al., BONE (TMLR 2025), §3.1–§3.3; thesis Ch. 3, Algs. 8–10.
+    Adams & MacKay (2007), "Bayesian online changepoint detection"; Duran-Martin et al., "A unifying
+    framework for generalised Bayesian online learning in non-stationary environments" (BONE, TMLR
+    2025), in the version of G. Duran-Martin's PhD thesis, Ch. 3, §3.3, Algorithms 8–10 (see the
+    references page).
 
     Examples
     --------
