@@ -32,9 +32,11 @@ $(DOCS_STAMP): $(STAMP) pyproject.toml constraints.txt
 	touch $(DOCS_STAMP)
 
 # The HTML documentation in doc/_build/html: the API reference, the user guide and benchmark pages,
-# and the example gallery (every script of examples/ is run). Warnings are errors.
+# and the example gallery (every script of examples/ is run). Warnings are errors. The API stubs are
+# regenerated each time, so that a name removed from doc/api.rst leaves no stale page behind.
 docs: $(DOCS_STAMP)
+	rm -rf doc/generated
 	OMP_NUM_THREADS=1 $(PY) -m sphinx -W --keep-going -b html doc doc/_build/html
 
 clean:
-	rm -rf $(VENV) build *.egg-info doc/_build doc/generated doc/auto_examples doc/sg_execution_times.rst
+	rm -rf $(VENV) build *.egg-info
