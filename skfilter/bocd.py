@@ -2,7 +2,7 @@
 
 :class:`BOCDRegressor` and :class:`BOCDClassifier` are meta-estimators. They fit a clone of a base
 filter (``EKFRegressor`` with any covariance, ``LoFiRegressor``, a ``WoLFRegressor`` wrapping either,
-…) as a **run-length mixture** (:mod:`skfilter.runlength`; BONE §3.3, thesis Ch. 3): ``K``
+…) as a **run-length mixture** (:mod:`skfilter.runlength`; BONE, thesis Ch. 3, §3.3): ``K``
 beliefs, one per hypothesis about how long the current regime has lasted, updated in one batched
 step and weighed by their posterior probability. Predictions are the mixture's:
 ``predict(X, return_std=True)`` returns its mean and total standard deviation, ``predict_proba`` its

@@ -11,7 +11,7 @@ WoLF replaces ``r`` by ``r / w_t²`` with the IMQ weight of the prior-predictive
     s_t = s_p r / (w_t² s_p + r)              (= k_t r / w_t²)
     m_t = m_{t−1} + k_t (y_t − m_{t−1})
 
-As ``|y_t| → ∞``: ``m_t → m_{t−1}`` and ``s_t → s_{t−1} + q`` (the thesis writes ``s_{t−1}``, §6.12).
+As ``|y_t| → ∞``: ``m_t → m_{t−1}`` and ``s_t → s_{t−1} + q`` (the thesis writes ``s_{t−1}``).
 ``c = ∞`` is the Kalman EWMA. All of ``q``, ``r`` and ``s`` are variances; the authors' blog code
 (un-squared ``c``, ``w⁴``, ``s = k r``) is not reproduced.
 

@@ -18,10 +18,11 @@ Categorical  ``p = softmax(f)``  ``Sᵀ J``, ``S = (I − p1ᵀ)D^½``  ``e / �
 Poisson      ``λ = exp(f)``      ``√λ J``                        ``(y − λ) / √λ``
 ===========  ==================  ==============================  ====================================
 
-Categorical (an exact square root, consistent with the LoFi paper's footnote 2): ``S Sᵀ = diag(p) − ppᵀ = R``, so ``HwᵀHw = Jᵀ R J`` (the
-Fisher / GGN) and ``Hwᵀ ew = Jᵀ S ẽ = Jᵀ e = Hᵀ R⁺ e`` because ``1ᵀe = 0``: the exact pseudo-inverse
-update, without ever inverting the singular ``R``. The innovation covariance ``I + Hw Σ Hwᵀ`` is
-always positive definite.
+Categorical (an exact square root, consistent with the LoFi paper's footnote 2):
+``S Sᵀ = diag(p) − ppᵀ = R``, so ``HwᵀHw = Jᵀ R J`` (the Fisher / GGN) and
+``Hwᵀ ew = Jᵀ S ẽ = Jᵀ e = Hᵀ R⁺ e`` because ``1ᵀe = 0``: the exact pseudo-inverse update, without
+ever inverting the singular ``R``. The innovation covariance ``I + Hw Σ Hwᵀ`` is always positive
+definite.
 """
 
 from __future__ import annotations

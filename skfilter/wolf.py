@@ -252,8 +252,9 @@ class WoLFRegressor(RegressorMixin, PredictingRegressorMixin, _WoLFMeta):
     Notes
     -----
     Duran-Martin et al., "Outlier-robust Kalman filtering through generalised Bayes" (ICML 2024), in
-    the version of G. Duran-Martin's PhD thesis, §4.1–§4.4 (see the references page). ``predict(X, return_std=True)`` reports the base filter's plain
-    predictive: the weights change what is learned, not what is predicted.
+    the version of G. Duran-Martin's PhD thesis, §4.1–§4.4 (see the references page).
+    ``predict(X, return_std=True)`` reports the base filter's plain predictive: the weights change
+    what is learned, not what is predicted.
 
     Examples
     --------
