@@ -2,8 +2,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+DOCS_STAMP := $(VENV)/.installed-docs
 
-.PHONY: test demo install bench clean
+.PHONY: test demo install bench docs clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +26,17 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m skfilter.benchmarks speed
+
+$(DOCS_STAMP): $(STAMP) pyproject.toml constraints.txt
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev,docs]"
+	touch $(DOCS_STAMP)
+
+# The HTML documentation in doc/_build/html: the API reference, the user guide and benchmark pages,
+# and the example gallery (every script of examples/ is run). Warnings are errors. The API stubs are
+# regenerated each time, so that a name removed from doc/api.rst leaves no stale page behind.
+docs: $(DOCS_STAMP)
+	rm -rf doc/generated
+	OMP_NUM_THREADS=1 $(PY) -m sphinx -W --keep-going -b html doc doc/_build/html
 
 clean:
 	rm -rf $(VENV) build *.egg-info

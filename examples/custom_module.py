@@ -1,4 +1,5 @@
-"""Custom networks: ``module=`` a ``torch.nn.Module`` class, or a pre-trained instance.
+"""Custom networks: ``module=`` a ``torch.nn.Module`` class, or a pre-trained instance
+===================================================================================
 
 1. **A class with ``module__<name>`` arguments** (as in skorch). The estimator instantiates the
    class with those keyword arguments (under a torch seed drawn from ``random_state``) at the first

@@ -1,4 +1,5 @@
-"""Prequential regression on UCI concrete: full-covariance EKF vs VD-EKF.
+"""Prequential regression on UCI concrete: full-covariance EKF vs VD-EKF
+=====================================================================
 
 Streams the 1,030 rows of the bundled UCI *concrete* data set (in a fixed shuffled order) through
 two :class:`skfilter.EKFRegressor` s that learn an 8-50-1 ReLU MLP (P = 501 parameters) online:
@@ -89,7 +90,7 @@ def main(out_dir=OUTPUT_DIR):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.partition("\n")[0])
     parser.add_argument("--out", type=Path, default=OUTPUT_DIR,
                         help="folder of the figure (created; default: %(default)s)")
     main(parser.parse_args().out)

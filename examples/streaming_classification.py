@@ -1,4 +1,5 @@
-"""Streaming classification with ``partial_fit``: two moons arriving in mini-batches.
+"""Streaming classification with ``partial_fit``: two moons arriving in mini-batches
+=================================================================================
 
 A stream of 40 mini-batches of 25 points from :func:`sklearn.datasets.make_moons` is fed to an
 :class:`skfilter.EKFClassifier` with ``partial_fit``. Every batch is first scored with the current

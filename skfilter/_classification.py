@@ -17,10 +17,10 @@ class FilterClassifierMixin(ProbabilisticClassifierMixin, ClassifierMixin):
     """Targets, likelihood and predictive of the filter classifiers.
 
     The module outputs logits: one per class (Categorical likelihood with the exact logit-space
-    update, spec/lofi.md §3), or a single logit for two classes (Bernoulli). The default MLP has a
+    update, LoFi paper §3.2), or a single logit for two classes (Bernoulli). The default MLP has a
     single logit for two classes, as :class:`~sklearn.neural_network.MLPClassifier`.
 
-    Class probabilities (``predictive`` parameter; spec/lofi.md §2.8):
+    Class probabilities (``predictive`` parameter; LoFi paper §3.3, App. B.2):
 
     * ``'probit'`` — generalised probit approximation of ``E[softmax(f)]`` under the linearised
       ``f ~ N(h(μ, x), J Σ Jᵀ)`` (B.2, eq. 64);

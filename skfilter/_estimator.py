@@ -593,7 +593,7 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
 
     def _linearized(self, Xt, belief=None):
         """Model output ``f (…, n, C)`` at the posterior mean and the diagonal of ``J Σ Jᵀ``,
-        ``(…, n, C)`` (spec/lofi.md §2.8 B.1; the current belief, or ``belief`` — with hypotheses
+        ``(…, n, C)`` (LoFi paper App. B.1; the current belief, or ``belief`` — with hypotheses
         axes, for each hypothesis — with no predict step)."""
         belief = self.filter_state_.belief if belief is None else belief
         mean = belief.mean

@@ -16,7 +16,7 @@ from .priors import target_scale
 
 _REGRESSION_LIKELIHOODS = ("gaussian", "poisson")
 
-#: ``ε_min`` of ``obs_variance='auto'``: the online noise estimate (spec/lofi.md C.2) forgets with an
+#: ``ε_min`` of ``obs_variance='auto'``: the online noise estimate (LoFi paper App. C.2) forgets with an
 #: exponential window of about 1/0.02 = 50 rows, so that the large residuals of the first rows, made
 #: while the network was still learning, do not keep the noise estimate (and the ±2σ band) too wide
 #: for good; ``'adaptive'`` is the paper's running mean (``ε_t = 1/t``).
@@ -48,7 +48,7 @@ _REGRESSION_PREDICTIVES = ("linearized", "plugin", "mc")
 class FilterRegressorMixin(RegressorMixin):
     """Targets, likelihood and predictive of the filter regressors.
 
-    Predictive moments of ``y`` at a new input (``predictive`` parameter; spec/lofi.md §2.8):
+    Predictive moments of ``y`` at a new input (``predictive`` parameter; LoFi paper §3.3, App. B.1):
 
     * ``'linearized'`` — ``h`` linearised at the posterior mean: ``f ~ N(h(μ, x), J Σ Jᵀ)``.
       Gaussian: mean ``h(μ, x)``, variance ``J Σ Jᵀ + r``. Poisson (log link): the rate

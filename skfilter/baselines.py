@@ -1,4 +1,4 @@
-"""Replay-buffer SGD/Adam baselines of the LoFi paper as scikit-learn estimators (spec/lofi.md §4).
+"""Replay-buffer SGD/Adam baselines of the LoFi paper as scikit-learn estimators (LoFi paper §4, App. D).
 
 :class:`ReplaySGDRegressor` and :class:`ReplaySGDClassifier` learn the same networks as the filters
 by gradient descent on a sliding window of the stream ("SGD-RB", "replay SGD"; Adam-RB with
@@ -318,7 +318,7 @@ class ReplaySGDRegressor(RegressorMixin, _ReplayBase):
     """Neural-network regression by SGD/Adam on a FIFO replay buffer (SGD-RB; OGD for ``B = 1``).
 
     After each new row the buffer of the last ``buffer_size`` rows is updated and ``n_inner``
-    optimiser steps are taken on its mean squared error (spec/lofi.md §4; built on skorch, see the
+    optimiser steps are taken on its mean squared error (LoFi paper §4, App. D; built on skorch, see the
     module docstring). The baseline of the LoFi paper's UCI and image experiments.
 
     A point estimate has no parameter uncertainty: ``predict(X, return_std=True)`` returns the
@@ -570,7 +570,7 @@ class ReplaySGDClassifier(ProbabilisticClassifierMixin, ClassifierMixin, _Replay
     """Neural-network classification by SGD/Adam on a FIFO replay buffer (SGD-RB, Adam-RB, OGD).
 
     After each new row the buffer of the last ``buffer_size`` rows is updated and ``n_inner``
-    optimiser steps are taken on its mean cross-entropy (spec/lofi.md §4; built on skorch, see the
+    optimiser steps are taken on its mean cross-entropy (LoFi paper §4, App. D; built on skorch, see the
     module docstring). The module outputs logits: one per class, or a single logit (sigmoid,
     binary cross-entropy) for two classes, which the default MLP uses, as the filter classifiers.
 

@@ -2,7 +2,7 @@
 
 :class:`BOCDRegressor` and :class:`BOCDClassifier` are meta-estimators. They fit a clone of a base
 filter (``EKFRegressor`` with any covariance, ``LoFiRegressor``, a ``WoLFRegressor`` wrapping either,
-…) as a **run-length mixture** (:mod:`skfilter.runlength`; spec/bone.md §3.3, thesis Ch. 3): ``K``
+…) as a **run-length mixture** (:mod:`skfilter.runlength`; BONE, thesis Ch. 3, §3.3): ``K``
 beliefs, one per hypothesis about how long the current regime has lasted, updated in one batched
 step and weighed by their posterior probability. Predictions are the mixture's:
 ``predict(X, return_std=True)`` returns its mean and total standard deviation, ``predict_proba`` its
@@ -242,7 +242,7 @@ _COMMON_DOC = """estimator : skfilter ESTIMATOR_KIND, default=None
     evidence : {'weighted', 'plain'}, default='weighted'
         Over a robust base (``WoLF…``): score the hypotheses with the weighted likelihood's
         predictive (``R / W²``), so that outliers the weights discount do not open new regimes;
-        ``'plain'`` scores with ``R`` (spec/wolf-subspace-pulse.md §6.19). The same without weights."""
+        ``'plain'`` scores with ``R`` (the thesis' reading of §4.7.4). The same without weights."""
 
 _ATTRIBUTES_DOC = """estimator_ : estimator
         The fitted clone of ``estimator``; its filter holds the mixture (its ``module_`` has the
@@ -275,7 +275,10 @@ class BOCDRegressor(RegressorMixin, PredictingRegressorMixin, _BOCDMeta):
 
     Notes
     -----
-    spec/bone.md §2–§3 (Adams & MacKay 2007; Duran-Martin et al., BONE, 2024).
+    Adams & MacKay (2007), "Bayesian online changepoint detection"; Duran-Martin et al., "A unifying
+    framework for generalised Bayesian online learning in non-stationary environments" (BONE, TMLR
+    2025), in the version of G. Duran-Martin's PhD thesis, Ch. 3, §3.3, Algorithms 8–10 (see the
+    references page).
 
     Examples
     --------

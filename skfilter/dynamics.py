@@ -4,14 +4,14 @@ One object, :class:`Dynamics`, describes what happens to a belief before a step,
 structure. It composes, in this order,
 
 1. **inflation** of the previous posterior (LoFi's App. E: ``'simple'``, ``'bayesian'``,
-   ``'hybrid'``, factor ``α``; spec/lofi.md §2.7); the full and diagonal structures support
+   ``'hybrid'``, factor ``α``; LoFi paper App. E); the full and diagonal structures support
    ``'simple'`` (``Σ ← (1 + α) Σ``);
 2. the **linear-Gaussian transition** ``θ_t = g θ_{t−1} + b + N(0, diag(Q))`` with
 
    * decay ``γ`` and process noise ``q`` (a float, or one value per parameter — per block through
-     :meth:`Dynamics.per_block`): ``θ_t = γ θ_{t−1} + N(0, q I)`` (spec/lofi.md §2.1);
+     :meth:`Dynamics.per_block`): ``θ_t = γ θ_{t−1} + N(0, q I)`` (LoFi paper §3.1, eqs. 3 and 14);
    * Ornstein–Uhlenbeck **mean reversion** towards a reference Gaussian ``N(μ₀, Σ₀)`` (the prior by
-     default) at rate ``ρ ∈ [0, 1]`` — BONE's C-OU (spec/bone.md §3, eq. 3.13, with its ``γ`` equal to
+     default) at rate ``ρ ∈ [0, 1]`` — BONE's C-OU (thesis §3.1.4, eq. 3.13, with its ``γ`` equal to
      ``1 − ρ``): ``μ ← (1 − ρ) μ + ρ μ₀``, ``Σ ← (1 − ρ)² Σ + (1 − (1 − ρ)²) Σ₀``;
 
    together ``g = γ (1 − ρ)``, ``b = ρ μ₀``, ``Q = q + (1 − (1 − ρ)²) diag(Σ₀)``. ``ρ = 1`` is a

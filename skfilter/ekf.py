@@ -1,6 +1,6 @@
 """Extended Kalman filters with full or diagonal covariance: :class:`EKFRegressor`, :class:`EKFClassifier`.
 
-The posterior structure is chosen by ``covariance`` (spec/diagonal-ekf.md §3):
+The posterior structure is chosen by ``covariance`` (Chang, Jones & Murphy 2022, §2):
 
 * ``'full'`` — FCEKF, the dense ``P × P`` covariance (:class:`~skfilter.posteriors.FullCovariance`,
   ``O(P² C)`` per step);
@@ -64,7 +64,7 @@ class EKFRegressor(_EKFStructure, FilterRegressorMixin, BaseFilter):
         Posterior structure: dense covariance, or diagonal with VD (precision matching) or FD
         (variance matching) projection.
     vd_mean : {'exact', 'paper'}, default='exact'
-        Mean update of VD-EKF: the KL-optimal EKF mean (spec/diagonal-ekf.md §6 A1; stable), or
+        Mean update of VD-EKF: the KL-optimal EKF mean (stable), or
         eq. 25 as in the authors' code (``'paper'``; diverges for prior variances ≳ 0.01 on
         standardised UCI data). Ignored for the other structures.
     prior_variance : 'auto' or float, default='auto'
@@ -79,7 +79,7 @@ class EKFRegressor(_EKFStructure, FilterRegressorMixin, BaseFilter):
         papers' parametrisation; standardise features and targets then).
     obs_variance : {'auto', 'robust', 'adaptive'}, float or array of shape (n_outputs,), default='auto'
         Observation-noise variance ``r`` of the Gaussian likelihood, in the targets' units squared.
-        ``'auto'``: the online estimate of spec/lofi.md §2.9 (C.2) from the one-step-ahead
+        ``'auto'``: the online estimate of the LoFi paper's App. C.2 from the one-step-ahead
         residuals, forgetting with an exponential window of about 50 rows (``ε_min = 0.02``) and
         started at the squared scale of the first call's targets, counted as 10 pseudo-rows, so that
         the ±2σ band follows the current error; ``'robust'``: the same estimate made outlier-robust
@@ -209,7 +209,7 @@ class EKFClassifier(_EKFStructure, FilterClassifierMixin, BaseFilter):
         Posterior structure: dense covariance, or diagonal with VD (precision matching) or FD
         (variance matching) projection.
     vd_mean : {'exact', 'paper'}, default='exact'
-        Mean update of VD-EKF: the KL-optimal EKF mean (spec/diagonal-ekf.md §6 A1; stable), or
+        Mean update of VD-EKF: the KL-optimal EKF mean (stable), or
         eq. 25 as in the authors' code (``'paper'``; diverges for prior variances ≳ 0.01 on
         standardised UCI data). Ignored for the other structures.
     prior_variance : 'auto' or float, default='auto'

@@ -1,6 +1,6 @@
 """The outlier-robust exponentially weighted moving average (WoLF-EWMA).
 
-spec/wolf-subspace-pulse.md §2.5 (thesis §4.7.5, eqs. 4.50–4.57). An EWMA ``m_t = α y_t + (1 − α) m_{t−1}``
+Thesis §4.7.5, eqs. 4.50–4.57. An EWMA ``m_t = α y_t + (1 − α) m_{t−1}``
 is the Kalman filter of the local-level model ``z_t = z_{t−1} + N(0, q)``, ``y_t = z_t + N(0, r)`` with a
 time-varying gain ``k_t`` (Prop. 4.19); its steady-state gain is ``k* = (−q + √(q² + 4 q r)) / (2 r)``
 (``q``, ``r`` variances: ``q = 0.01``, ``r = 1`` give ``k* = 0.0951``, the thesis' ``α = 0.095``).
@@ -11,7 +11,7 @@ WoLF replaces ``r`` by ``r / w_t²`` with the IMQ weight of the prior-predictive
     s_t = s_p r / (w_t² s_p + r)              (= k_t r / w_t²)
     m_t = m_{t−1} + k_t (y_t − m_{t−1})
 
-As ``|y_t| → ∞``: ``m_t → m_{t−1}`` and ``s_t → s_{t−1} + q`` (the thesis writes ``s_{t−1}``, §6.12).
+As ``|y_t| → ∞``: ``m_t → m_{t−1}`` and ``s_t → s_{t−1} + q`` (the thesis writes ``s_{t−1}``).
 ``c = ∞`` is the Kalman EWMA. All of ``q``, ``r`` and ``s`` are variances; the authors' blog code
 (un-squared ``c``, ``w⁴``, ``s = k r``) is not reproduced.
 
@@ -144,7 +144,7 @@ class EWMAResult:
 
 
 def steady_state_gain(process_variance: float, obs_variance: float) -> float:
-    """``k* = (−q + √(q² + 4 q r)) / (2 r)``: the limit of the Kalman EWMA's gain (spec §5 fact 18).
+    """``k* = (−q + √(q² + 4 q r)) / (2 r)``: the limit of the Kalman EWMA's gain.
 
     Examples
     --------

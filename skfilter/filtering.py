@@ -1,4 +1,5 @@
-"""The filtering engine: pure filter steps over belief values (DESIGN.md, "the engine's shape").
+"""The filtering engine: pure filter steps over belief values (the engine's shape: see the architecture
+page of the documentation).
 
 A filter is made of :class:`EngineParts` — a model adapter (:mod:`skfilter.models`), a likelihood
 (:mod:`skfilter.likelihoods`), a posterior structure (:mod:`skfilter.posteriors`), the dynamics
@@ -18,7 +19,7 @@ One step, in this order::
     6. structure update  with the rows whitened by r_t, scaled by √(sample_weight) · w
 
 Stage 3 is computed only when a weighting function or a recorder needs ``S``. Stage 5 (the online
-observation-variance estimate, spec/lofi.md C.2) sits *after* the weight: an observation the
+observation-variance estimate, LoFi paper App. C.2) sits *after* the weight: an observation the
 weighting function discounts also moves the noise estimate less (its ``ε_t`` is scaled by the weight
 ``sample_weight · w²``), and the weight itself is computed with the noise variance of the previous
 step (the estimate being formed cannot judge the row that forms it).

@@ -3,25 +3,26 @@
 Every likelihood turns the model output ``f = h(μ⁻, x)`` (outputs or logits, ``(n, C)``), its
 Jacobian ``J = ∂f/∂θ`` (``(n, C, P)``) and the target into a **whitened pseudo-observation**
 ``(Hw, ew)`` with unit noise: the linearised model ``A T(y) ≈ A ŷ + A H (θ − μ⁻) + N(0, I)`` with
-``AᵀA = R⁺`` (spec/diagonal-ekf.md §2.3, spec/lofi.md §3). Every posterior structure then applies
+``AᵀA = R⁺`` (Chang, Jones & Murphy 2022, §2.3; LoFi paper §3.2). Every posterior structure then applies
 one update, ``Hw ∈ R^{m×P}, ew ∈ R^m``, whatever the likelihood; a weight ``w`` (``sample_weight``,
 or later a robust weight) scales ``R`` by ``1/w``, i.e. ``Hw, ew`` by ``√w``.
 
 The canonical-link families use ``H = R J`` (the derivative of the mean is the variance), so:
 
-=============  ====================  ============================  =====================================
-family         mean ``ŷ``            ``Hw``                        ``ew``
-=============  ====================  ============================  =====================================
-Gaussian       ``f``                 ``J / √r``                    ``(y − f) / √r``
-Bernoulli      ``p = σ(f)``          ``√(p(1−p)) J``               ``(y − p) / √(p(1−p))``
-Categorical    ``p = softmax(f)``    ``Sᵀ J``, ``S = (I − p1ᵀ)D^½`` ``e / √p`` (any solution of S ẽ = e)
-Poisson        ``λ = exp(f)``        ``√λ J``                      ``(y − λ) / √λ``
-=============  ====================  ============================  =====================================
+===========  ==================  ==============================  ====================================
+family       mean ``ŷ``          ``Hw``                          ``ew``
+===========  ==================  ==============================  ====================================
+Gaussian     ``f``               ``J / √r``                      ``(y − f) / √r``
+Bernoulli    ``p = σ(f)``        ``√(p(1−p)) J``                 ``(y − p) / √(p(1−p))``
+Categorical  ``p = softmax(f)``  ``Sᵀ J``, ``S = (I − p1ᵀ)D^½``  ``e / √p`` (any solution of S ẽ = e)
+Poisson      ``λ = exp(f)``      ``√λ J``                        ``(y − λ) / √λ``
+===========  ==================  ==============================  ====================================
 
-Categorical (spec/lofi.md §3, option d): ``S Sᵀ = diag(p) − ppᵀ = R``, so ``HwᵀHw = Jᵀ R J`` (the
-Fisher / GGN) and ``Hwᵀ ew = Jᵀ S ẽ = Jᵀ e = Hᵀ R⁺ e`` because ``1ᵀe = 0``: the exact pseudo-inverse
-update, without ever inverting the singular ``R``. The innovation covariance ``I + Hw Σ Hwᵀ`` is
-always positive definite.
+Categorical (an exact square root, consistent with the LoFi paper's footnote 2):
+``S Sᵀ = diag(p) − ppᵀ = R``, so ``HwᵀHw = Jᵀ R J`` (the Fisher / GGN) and
+``Hwᵀ ew = Jᵀ S ẽ = Jᵀ e = Hᵀ R⁺ e`` because ``1ᵀe = 0``: the exact pseudo-inverse update, without
+ever inverting the singular ``R``. The innovation covariance ``I + Hw Σ Hwᵀ`` is always positive
+definite.
 """
 
 from __future__ import annotations
@@ -90,12 +91,12 @@ class Likelihood:
 
     def log_predictive(self, f, quad, Y, state=None, weights=None):
         """``log p(y | D)`` of each row under the linearised prior predictive, ``(..., n)``: the
-        evidence a run-length mixture weighs its hypotheses with (spec/bone.md eqs. 3.32, 3.51).
+        evidence a run-length mixture weighs its hypotheses with (thesis eqs. 3.32, 3.51).
 
         Default (Gaussian, Poisson): ``log N(y; E[y | f], S)`` with ``S`` from
         :meth:`predictive_covariance` — for the Gaussian likelihood exactly eq. 3.51. With robust
         ``weights`` ``W (..., n)`` the observation covariance is ``R / W²`` (the predictive of WoLF's
-        weighted likelihood, spec/wolf-subspace-pulse.md §6.19). The classifiers override it with
+        weighted likelihood, thesis §4.7.4). The classifiers override it with
         the probability of the observed class under the probit predictive (weights unused)."""
         S = self.predictive_covariance(f, quad, state)
         if weights is not None:
@@ -125,8 +126,8 @@ class Likelihood:
 
 
 def robust_ewma_weight2(deviation, threshold):
-    """``W² = c² / (c² + δ²)``: the IMQ weight of the outlier-robust EWMA (thesis eq. 4.54,
-    spec/wolf-subspace-pulse.md §2.5) for a deviation ``δ`` of an observation from the current level,
+    """``W² = c² / (c² + δ²)``: the IMQ weight of the outlier-robust EWMA (thesis §4.7.5,
+    eq. 4.54) for a deviation ``δ`` of an observation from the current level,
     in units of the level. Works on tensors and arrays."""
     c2 = threshold * threshold
     return c2 / (c2 + deviation * deviation)
@@ -156,7 +157,7 @@ class Gaussian(Likelihood):
     ----------
     obs_variance : float, array of shape (C,), or 'adaptive'
         Fixed observation variance(s), or ``'adaptive'`` for the online estimate of
-        spec/lofi.md §2.9 (C.2): ``r̂_t = (1 − ε_t) r̂_{t−1} + ε_t mean_c (y_c − ŷ_c)²`` with
+        the LoFi paper's App. C.2: ``r̂_t = (1 − ε_t) r̂_{t−1} + ε_t mean_c (y_c − ŷ_c)²`` with
         ``ε_t = max(min(eps_min · w_t, 1), w_t / Σ_{s≤t} w_s)`` for a row of weight ``w_t`` (``1/t``
         without weights; a zero-weight row leaves ``r̂`` unchanged, and a row a robust weighting
         discounts moves it in proportion: :mod:`skfilter.weighting`), using the
@@ -380,7 +381,7 @@ class Poisson(Likelihood):
 
 
 def probit_probabilities(f: torch.Tensor, var: torch.Tensor, binary: bool) -> torch.Tensor:
-    """Generalised probit predictive (spec/lofi.md §2.8 B.2, eq. 64).
+    """Generalised probit predictive (LoFi paper App. B.2, eq. 64).
 
     ``p ≈ softmax(f_c / √(1 + π v_c / 8))`` with ``v_c = [F Σ Fᵀ]_cc``; for one logit
     ``p₁ = σ(f / √(1 + π v / 8))``. Returns class probabilities ``(..., n, K)`` (``K = 2`` if

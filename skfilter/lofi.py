@@ -1,4 +1,4 @@
-"""LoFi estimators: diagonal-plus-low-rank precision filters (spec/lofi.md; Chang et al. 2023).
+"""LoFi estimators: diagonal-plus-low-rank precision filters (Chang, Durán-Martín, Shestopaloff, Jones & Murphy 2023).
 
 :class:`LoFiRegressor` and :class:`LoFiClassifier` keep the precision ``Υ + W Wᵀ`` of rank ``L``
 (:class:`~skfilter.posteriors.LowRankPrecision`): cost per step linear in the number of
@@ -18,7 +18,7 @@ from .posteriors.lofi import SVD_METHODS, VARIANTS
 
 
 class _LoFiStructure:
-    """The LoFi posterior structure (spec/lofi.md §2)."""
+    """The LoFi posterior structure (LoFi paper §3)."""
 
     def _check_structure_params(self):
         rank = check_int(self.rank, "rank", 0)
@@ -97,7 +97,7 @@ class LoFiRegressor(_LoFiStructure, FilterRegressorMixin, BaseFilter):
         papers' parametrisation; standardise features and targets then).
     obs_variance : {'auto', 'robust', 'adaptive'}, float or array of shape (n_outputs,), default='auto'
         Observation-noise variance ``r`` of the Gaussian likelihood, in the targets' units squared.
-        ``'auto'``: the online estimate of spec/lofi.md §2.9 (C.2) from the one-step-ahead
+        ``'auto'``: the online estimate of the LoFi paper's App. C.2 from the one-step-ahead
         residuals, forgetting with an exponential window of about 50 rows (``ε_min = 0.02``) and
         started at the squared scale of the first call's targets, counted as 10 pseudo-rows, so that
         the ±2σ band follows the current error; ``'robust'``: the same estimate made outlier-robust

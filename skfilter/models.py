@@ -1,4 +1,4 @@
-"""Measurement models ``h(θ, x)`` over a flat parameter vector (the *model* axis of DESIGN.md).
+"""Measurement models ``h(θ, x)`` over a flat parameter vector (the *model* axis of the engine).
 
 A filter keeps a Gaussian belief over one flat vector ``θ`` of shape ``(P,)``. This module maps any
 :class:`torch.nn.Module` to that view:
@@ -28,7 +28,7 @@ partition of ``0 … P−1`` (a ``slice`` when the block is contiguous in the fl
 ``LongTensor``), used by per-block dynamics and block-diagonal posteriors.
 
 The default network (:func:`make_mlp`) uses LeCun-normal weights (truncated normal, variance
-``1/fan_in``, as the papers' flax models) and zero biases (spec/lofi.md §2.0).
+``1/fan_in``, as the papers' flax models) and zero biases.
 """
 
 from __future__ import annotations

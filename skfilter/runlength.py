@@ -1,10 +1,10 @@
 """Run-length filtering: BONE's changepoint machinery over any filter, on the engine's hypotheses axis.
 
-spec/bone.md §2–§3 (thesis Ch. 3). A run-length filter keeps ``K`` hypotheses about how many rows
-the current regime has lasted, each with its own belief (any posterior structure, any likelihood,
-robust weighting included: the base filter's :class:`~skfilter.filtering.EngineParts`), and weighs
-them by their posterior probability ``ν_t(r) = p(r_t = r | D_{1:t})``. One step on a block of rows
-(``batch_size`` rows, usually one):
+BONE (Duran-Martin et al. 2025), in its thesis version: Ch. 3, §3.1–§3.3. A run-length filter keeps
+``K`` hypotheses about how many rows the current regime has lasted, each with its own belief (any
+posterior structure, any likelihood, robust weighting included: the base filter's
+:class:`~skfilter.filtering.EngineParts`), and weighs them by their posterior probability
+``ν_t(r) = p(r_t = r | D_{1:t})``. One step on a block of rows (``batch_size`` rows, usually one):
 
 **RL[K]-PR** (``reset='prior'``; Alg. 8, eqs. 3.46–3.53) — BOCD with the ``K`` most probable run
 lengths (``K = None``: all of them, exact BOCD):
@@ -18,7 +18,7 @@ lengths (``K = None``: all of them, exact BOCD):
    each candidate's log predictive density of the rows ``ℓ_k = log p(y | r_k, D_{1:t−1})``
    (:meth:`~skfilter.likelihoods.Likelihood.log_predictive`, from the *prior* predictive; under a
    robust weighting with ``R / W²`` by default, so that outliers the weights discount do not open
-   regimes — ``weighted_evidence=False`` takes ``R``, spec/wolf-subspace-pulse.md §6.19; for the Poisson
+   regimes — ``weighted_evidence=False`` takes ``R``; for the Poisson
    likelihood a Gaussian approximation of the count's predictive, so the evidence is approximate);
 3. log joints: growth ``ℓ_k + log ν_{t−1}(k) + log(1 − H)``; changepoint
    ``ℓ_0 + log Σ_k ν_{t−1}(k) + log H`` (the corrected line 13 of Alg. 8: the joints *before* this
@@ -28,9 +28,9 @@ lengths (``K = None``: all of them, exact BOCD):
 
 With ``batch_size > 1`` a step holds several rows and changepoints fall on step boundaries only
 (run lengths still count rows). The changepoint hypothesis follows the thesis' convention
-(spec/bone.md §6.3): the rows of the step are the first rows of the new regime — evaluated under the prior, *then learned* by the ``r = 0``
-belief; with ``K = None`` this is exact BOCD (it equals brute-force enumeration of all segmentations,
-§5 fact 12). The authors' library instead keeps the un-updated prior for ``r = 0``.
+(thesis §3.3.1): the rows of the step are the first rows of the new regime — evaluated under the
+prior, *then learned* by the ``r = 0`` belief; with ``K = None`` this is exact BOCD (it equals
+brute-force enumeration of all segmentations). The authors' library instead keeps the un-updated prior for ``r = 0``.
 
 **RL[K]-MMPR** (``reset='moment-matched'``; Alg. 9, eqs. 3.54–3.57): as RL[K]-PR, but the
 changepoint hypothesis starts from the Gaussian moment-matched to the mixture of the kept beliefs

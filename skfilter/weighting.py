@@ -1,6 +1,6 @@
 """Robust weighting functions: the engine's weighting stage (stage 4 of :func:`skfilter.filtering.filter_step`).
 
-WoLF (weighted-observation likelihood filter; spec/wolf-subspace-pulse.md §2.1–§2.4, thesis §4.1–§4.4)
+WoLF (weighted-observation likelihood filter; Duran-Martin et al. 2024; thesis §4.1–§4.4)
 replaces the log-likelihood of a row by ``W²(y, ŷ) log p(y | θ)``: a generalised-Bayes update that,
 for the (linearised) Gaussian likelihood, is the Kalman update with the observation covariance
 ``R`` replaced by ``R / W²`` (Prop. 4.1). ``ŷ`` is the prior-predictive mean of the row, so the weight
@@ -16,15 +16,15 @@ Every weighting function here is an object called as ``weighting(residual, S, R)
 
 and returns ``W`` of shape ``(..., n)`` in ``[0, 1]``. The functions (thesis eqs. 4.5–4.7):
 
-==========================  ========================================================  ================
-name                        ``W(y, ŷ)``                                               ``threshold c``
-==========================  ========================================================  ================
-``'imq'`` (:class:`IMQ`)     ``(1 + ‖e‖² / c²)^{−1/2}``  (4.5)                          target units
-``'md'``                     ``(1 + eᵀ R⁻¹ e / c²)^{−1/2}``  (4.6)                      noise std units
-``'tmd'``                    ``1`` if ``eᵀ R⁻¹ e ≤ c`` else ``0``  (4.7)                 squared distance
-``'huber'`` (extension)      ``W² = min(1, c / ‖R^{−1/2} e‖)``  (not in the thesis)      noise std units
-``'predictive-md'``          ``(1 + eᵀ S⁺ e / c²)^{−1/2}``  (classification, see below)  predictive std
-==========================  ========================================================  ================
+========================  =========================================================  ================
+name                      ``W(y, ŷ)``                                                ``threshold c``
+========================  =========================================================  ================
+``'imq'`` (:class:`IMQ`)  ``(1 + ‖e‖² / c²)^{−1/2}`` (4.5)                           target units
+``'md'``                  ``(1 + eᵀ R⁻¹ e / c²)^{−1/2}`` (4.6)                       noise std units
+``'tmd'``                 ``1`` if ``eᵀ R⁻¹ e ≤ c`` else ``0`` (4.7)                 squared distance
+``'huber'`` (extension)   ``W² = min(1, c / ‖R^{−1/2} e‖)`` (not in the thesis)      noise std units
+``'predictive-md'``       ``(1 + eᵀ S⁺ e / c²)^{−1/2}`` (classification, see below)  predictive std
+========================  =========================================================  ================
 
 * TMD follows the thesis' convention: ``c`` bounds the **squared** Mahalanobis distance and the
   boundary counts as an inlier (the authors' code compares the unsquared distance with ``<``;
@@ -294,7 +294,7 @@ def make_weighting(weighting, threshold=None) -> WeightingFunction:
 
 def influence_bound(weighting: WeightingFunction, n_outputs: int = 1, scale: float = 1.0,
                     largest: float = 1e12, n_points: int = 200) -> dict:
-    """Check Theorem 4.5's conditions for ``weighting`` numerically (spec §5 fact 16): on a
+    """Check Theorem 4.5's conditions for ``weighting`` numerically: on a
     log-spaced grid of residual norms ``‖e‖ ∈ [1e−3, largest]·scale`` along one direction, with
     ``R = S = scale² I``, return ``{'sup_weight': max W, 'sup_influence': max W² ‖e‖,
     'tail_influence': W² ‖e‖ at the largest residual}``. An outlier-robust weight has a finite

@@ -4,7 +4,7 @@
 filter estimator (``EKFRegressor`` with any covariance, ``LoFiRegressor``, …) with a weighting
 function installed in the engine's weighting stage (:mod:`skfilter.weighting`): at every row the
 weight ``W ∈ [0, 1]`` is computed from the prior-predictive residual and the update uses
-``R / W²`` instead of ``R`` (spec/wolf-subspace-pulse.md §2.1–§2.3, thesis Prop. 4.1, Alg. 11 in
+``R / W²`` instead of ``R`` (thesis §4.1–§4.3, Prop. 4.1, Alg. 11 in
 its safe covariance form). There is no inner loop: the cost is the base filter's plus one scalar
 per row. ``threshold → ∞`` gives the base filter exactly (unless ``robust_noise=True`` swapped the
 base's ``'auto'`` noise estimate for ``'robust'``).
@@ -251,9 +251,10 @@ class WoLFRegressor(RegressorMixin, PredictingRegressorMixin, _WoLFMeta):
 
     Notes
     -----
-    spec/wolf-subspace-pulse.md §2; Duran-Martin et al., "Outlier-robust Kalman filtering through
-    generalised Bayes" (ICML 2024). ``predict(X, return_std=True)`` reports the base filter's plain
-    predictive: the weights change what is learned, not what is predicted.
+    Duran-Martin et al., "Outlier-robust Kalman filtering through generalised Bayes" (ICML 2024), in
+    the version of G. Duran-Martin's PhD thesis, §4.1–§4.4 (see the references page).
+    ``predict(X, return_std=True)`` reports the base filter's plain predictive: the weights change
+    what is learned, not what is predicted.
 
     Examples
     --------

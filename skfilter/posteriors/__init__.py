@@ -1,4 +1,4 @@
-"""Posterior structures (the *posterior structure* axis, A.1 of DESIGN.md).
+"""Posterior structures (the *posterior structure* axis of the engine).
 
 A structure (:class:`Structure`) is a stateless object with pure functions over its *beliefs*,
 immutable records of arrays (see :mod:`skfilter.posteriors._base`): ``prior``, ``transition`` (the
@@ -7,14 +7,14 @@ linear-Gaussian dynamics), ``inflate``, ``update`` (condition on whitened pseudo
 ``sample``, ``moment_match``. Beliefs may carry leading hypotheses axes; every function handles them
 in one batched operation.
 
-=========================  =====================  ============================================
-structure                  belief                 spec
-=========================  =====================  ============================================
-:class:`FullCovariance`    :class:`FullBelief`    spec/diagonal-ekf.md §3.1 (FCEKF)
-:class:`DiagonalCovariance` :class:`DiagonalBelief` spec/diagonal-ekf.md §3.2–3.3 (FD/VD-EKF)
-:class:`LowRankPrecision`  :class:`LowRankBelief` spec/lofi.md §2 (LoFi)
-:class:`BlockDiagonal`     :class:`BlockBelief`   one structure per parameter block (DEKF-style)
-=========================  =====================  ============================================
+===========================  =======================  ==============================================
+structure                    belief                   paper
+===========================  =======================  ==============================================
+:class:`FullCovariance`      :class:`FullBelief`      diagonal-EKF paper §2.1 (FCEKF)
+:class:`DiagonalCovariance`  :class:`DiagonalBelief`  diagonal-EKF paper §2.2 (FD/VD-EKF)
+:class:`LowRankPrecision`    :class:`LowRankBelief`   LoFi paper §3 (LoFi)
+:class:`BlockDiagonal`       :class:`BlockBelief`     one structure per parameter block (DEKF-style)
+===========================  =======================  ==============================================
 """
 
 from ._base import Posterior, Structure, UpdateInfo, map_belief, select_hypothesis, stack_beliefs, stiffness_limit

@@ -174,10 +174,10 @@ class Structure(abc.ABC):
     @abc.abstractmethod
     def transition(self, belief, g, Q, shift):
         """The linear-Gaussian transition ``μ ← g μ + shift``, ``Σ ← g² Σ + diag(Q)`` (``Q`` a float or
-        ``(P,)``; ``shift`` None or ``(P,)``) — spec/lofi.md §2.1, spec/bone.md eq. 3.13."""
+        ``(P,)``; ``shift`` None or ``(P,)``) — LoFi paper §3.1, thesis eq. 3.13."""
 
     def inflate(self, belief, kind, factor):
-        """Covariance inflation of the previous posterior (spec/lofi.md App. E). The base class knows
+        """Covariance inflation of the previous posterior (LoFi paper App. E). The base class knows
         ``'simple'`` only, ``Σ ← (1 + α) Σ``, through :meth:`transition`."""
         if kind != "simple":
             raise ValueError(f"{type(self).__name__} supports inflation='simple' only, got {kind!r}.")

@@ -5,7 +5,7 @@ one block per user or item of a factorization model, …; :attr:`skfilter.models
 and the belief is ``Σ = blockdiag(Σ_1, …, Σ_B)``, each block in its own structure (full, diagonal,
 LoFi, or another composite).
 
-**Update** (the decoupled EKF, spec/dekf.md §3.1, generalised to any structure per block). The exact
+**Update** (the decoupled EKF, Gómez-Uribe & Karrer 2021, §3.2, generalised to any structure per block). The exact
 EKF posterior of a block-diagonal prior is not block-diagonal; its diagonal blocks are obtained
 exactly by conditioning each block on the observation with the other blocks' uncertainty treated as
 noise. In whitened units (``R = I``), with ``H_b`` the columns of ``Hw`` of block ``b`` and
@@ -21,7 +21,7 @@ composite is its block's structure. ``N_b`` is summed over the other blocks dire
 ``S − Q_b``, which cancels when block ``b`` dominates the row) and factored by
 :func:`~skfilter.posteriors._base.psd_factor` (Cholesky, or the eigenvalues raised to the bound
 ``N_b ⪰ I`` where the rounding of a stiff row left them below); each block's own update is
-numerically safe (spec/diagonal-ekf.md §6 P2), and the blocks' covariances only shrink, so no
+numerically safe, and the blocks' covariances only shrink, so no
 predictive variance grows. **Sparse updates**: a block whose rows are all zero (the row does
 not involve it) is left as it is, exactly; the engine passes the blocks a row activates
 (``active``) when the model adapter knows them, and the other blocks cost nothing.

@@ -1,4 +1,4 @@
-"""Diagonal EKFs: VD-EKF (precision matching) and FD-EKF (variance matching), spec/diagonal-ekf.md §3."""
+"""Diagonal EKFs: VD-EKF (precision matching) and FD-EKF (variance matching): Chang, Jones & Murphy 2022, §2.2."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def _excluded_fd_variance(Hw, v, new_var, Z):
 
     ``v' = v − colsum(Z²)`` computes ``v_i (1 − q_i)``, ``q_i = v_i h_iᵀ S⁻¹ h_i``, as a difference that
     loses all digits when ``q_i → 1`` (one parameter explains a stiff row: a negative or zero
-    variance, spec/diagonal-ekf.md §6 P2). With ``S_{−i} = I + Σ_{j≠i} v_j h_j h_jᵀ`` (``h_j`` the
+    variance). With ``S_{−i} = I + Σ_{j≠i} v_j h_j h_jᵀ`` (``h_j`` the
     column ``j`` of ``Hw``), Sherman–Morrison gives the same value as a sum of positive terms,
 
         v'_i = v_i / (1 + v_i h_iᵀ S_{−i}⁻¹ h_i),
@@ -108,11 +108,11 @@ class DiagonalCovariance(Structure):
       (diagonal of the EKF posterior precision). The mean is, with ``vd_mean='paper'``, eq. 25 as
       the authors' code: ``μ' = μ + v' ⊙ Hwᵀ ew`` using the *posterior* ``v'``; with
       ``vd_mean='exact'`` it is the KL-optimal EKF mean ``μ + v ⊙ Hwᵀ S⁻¹ ew`` (= LoFi with rank 0,
-      spec/lofi.md eq. 49; see spec/diagonal-ekf.md §6 A1).
+      LoFi paper eq. 49).
 
     Costs ``O(P m² + m³)`` per step.
 
-    **Stiff rows** (spec/diagonal-ekf.md §6 P2; :func:`~skfilter.posteriors._base.stiffness_limit`).
+    **Stiff rows** (:func:`~skfilter.posteriors._base.stiffness_limit`).
     VD's ``v'`` adds precisions and never cancels. FD's ``v − colsum(Z²)`` is a difference that
     loses every digit for a parameter that alone explains a row with ``h² v ≳ 1/eps`` (a row of
     ``1e8`` with noise ``1e-2``): zero or negative variances, a failed step. The step checks, in its
@@ -258,7 +258,7 @@ class DiagonalCovariance(Structure):
 
     def moment_match(self, belief, log_weights):
         """``μ̄ = Σ_k w_k μ_k``, ``v̄ = Σ_k w_k (v_k + (μ_k − μ̄)²)``: the diagonal of the mixture's
-        covariance (the KL projection onto diagonal Gaussians; spec/bone.md RL-MMPR)."""
+        covariance (the KL projection onto diagonal Gaussians; RL-MMPR, thesis §3.3.2)."""
         w = torch.softmax(log_weights, dim=0)
         mean = w @ belief.mean
         d = belief.mean - mean

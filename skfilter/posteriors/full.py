@@ -1,4 +1,4 @@
-"""Full-covariance EKF (FCEKF; spec/diagonal-ekf.md §3.1, spec/lofi.md §4)."""
+"""Full-covariance EKF (FCEKF; Chang, Jones & Murphy 2022, §2.1; LoFi paper §4)."""
 
 from __future__ import annotations
 
@@ -126,7 +126,7 @@ class FullCovariance(Structure):
     ``V Vᵀ`` is symmetric positive semi-definite, so ``Σ'`` stays symmetric and, up to rounding,
     PSD. One observation row (``m = 1``) takes a scalar path without factorisations.
 
-    **Stiff rows** (spec/diagonal-ekf.md §6 P2; :func:`~skfilter.posteriors._base.stiffness_limit`).
+    **Stiff rows** (:func:`~skfilter.posteriors._base.stiffness_limit`).
     ``Σ − VVᵀ`` shrinks the variance along a row by ``1/(1 + a)``, ``a = h Σ hᵀ``, as a difference:
     for ``a ≳ 1/eps`` (an input of ``1e8`` with noise variance ``1e-2``: ``a ≈ 1e18``) the variance
     left along the row is below the rounding of the stored matrix, ``Σ'`` becomes indefinite, and a
@@ -315,7 +315,7 @@ class FullCovariance(Structure):
         return belief.mean + eps @ L.T
 
     def moment_match(self, belief, log_weights):
-        """``μ̄ = Σ_k w_k μ_k``, ``Σ̄ = Σ_k w_k (Σ_k + (μ_k − μ̄)(μ_k − μ̄)ᵀ)`` (exact; spec/bone.md RL-MMPR)."""
+        """``μ̄ = Σ_k w_k μ_k``, ``Σ̄ = Σ_k w_k (Σ_k + (μ_k − μ̄)(μ_k − μ̄)ᵀ)`` (exact; RL-MMPR, thesis §3.3.2)."""
         w = torch.softmax(log_weights, dim=0)
         mean = torch.einsum("k,kp->p", w, belief.mean)
         d = belief.mean - mean

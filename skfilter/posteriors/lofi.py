@@ -1,4 +1,4 @@
-"""LoFi: diagonal-plus-low-rank precision (spec/lofi.md §2.1–§2.8, Chang et al. 2023).
+"""LoFi: diagonal-plus-low-rank precision (Chang et al. 2023, §3, Algorithms 1–3, App. A–B).
 
 The belief is ``N(μ, Σ)`` with precision ``Σ⁻¹ = Υ + W Wᵀ``: ``Υ`` diagonal (``'diagonal'``) or
 ``η I`` (``'spherical'``, App. F), ``W ∈ R^{P×L}``. Dense ``Σ`` is never formed; products with it
@@ -26,7 +26,7 @@ whitened pseudo-observation rows ``Hw``:
 With ``L = 0`` the structure is VD-EKF with the exact mean (eqs. 46–52); with ``L ≥ P`` (and no
 truncation ever happening) it is the full EKF.
 
-Numerical safety (spec/diagonal-ekf.md §6 P2; :func:`~skfilter.posteriors._base.stiffness_limit`).
+Numerical safety (:func:`~skfilter.posteriors._base.stiffness_limit`).
 The belief is stored as precision factors, so ``Σ`` is positive definite whatever the rounding and
 an update only adds precision; what fails on stiff rows (whitened ``‖Υ^(-1/2) W̃‖² ≳ 1/eps``, rows
 of ``1e8`` with noise ``1e-2``) are the plain forms of the solves: the Cholesky factor of
@@ -722,7 +722,7 @@ class LowRankPrecision(Structure):
         return torch.linalg.inv(self.precision(belief))
 
     def sample(self, belief, n_samples, generator):
-        """Exact DLR sampler (spec/lofi.md §2.8 item 2; L-RVGA Prop. 1).
+        """Exact DLR sampler (L-RVGA of Lambert, Bonnabel & Bach, Prop. 1).
 
         With ``M = I_L + Wᵀ Υ⁻¹ W`` and ``Lm = Υ⁻¹ W M⁻¹``: ``x ~ N(0, Υ⁻¹)``, ``ε ~ N(0, I_L)``,
         ``θ = μ + x − Lm (Wᵀ x) + Lm ε`` has covariance ``Υ⁻¹ − Υ⁻¹ W M⁻¹ Wᵀ Υ⁻¹ = (Υ + WWᵀ)⁻¹``.
