@@ -210,9 +210,9 @@ class Incremental(_DaskMLIncremental):
     estimator : estimator with partial_fit
         A skfilter estimator, wrapper or :class:`~skfilter.pipeline.PartialPipeline`.
     scoring : str or callable, default=None
-        As in dask-ml. (With dask-ml 2025.1 on dask 2025 and later, the default ``'r2'`` of a
-        regressor's ``score`` fails inside dask-ml on dask arrays; compute the predictions and score
-        them with scikit-learn instead.)
+        As in dask-ml. (With dask-ml 2025.1 and dask 2026.8, the default ``'r2'`` of a regressor's
+        ``score`` fails inside dask-ml on dask arrays; compute the predictions and score them with
+        scikit-learn instead.)
     shuffle_blocks : bool, default=True
         Feed the blocks in a random order (dask-ml's default). ``False`` keeps their order.
     random_state : int, RandomState instance or None, default=None

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -255,3 +257,26 @@ def test_grid_search_on_a_process_cluster_equals_the_sequential_one():
     np.testing.assert_array_equal(search.cv_results_["mean_test_score"], sequential.cv_results_["mean_test_score"])
     assert search.best_params_ == sequential.best_params_
     np.testing.assert_array_equal(search.predict(X), sequential.predict(X))
+
+
+# -- doc/scaling.md runs as printed ---------------------------------------------------------------
+
+
+def test_the_scaling_page_runs_as_printed(capsys):
+    """The page's blocks in order, as one script run as ``__main__`` (the Quick start's guard)."""
+    page = (Path(__file__).resolve().parents[1] / "doc" / "scaling.md").read_text(encoding="utf-8")
+    assert "## Quick start" in page
+    blocks = re.findall(r"^```python\n(.*?)^```", page, flags=re.S | re.M)
+    assert len(blocks) == 3
+    ns: dict = {"__name__": "__main__"}
+    for i, block in enumerate(blocks):
+        exec(compile(block, f"doc/scaling.md:{i}", "exec"), ns)
+    search = ns["search"]
+    assert set(search.best_params_) == {"obs_variance", "prior_variance", "rank"}
+    assert search.best_score_ > 0.9  # R² of sin(x) + noise
+    assert str(search.best_params_) in capsys.readouterr().out
+    assert ns["proba"].shape == (600, 2)
+    np.testing.assert_allclose(ns["proba"].compute().sum(axis=1), 1.0)
+    mean, std = ns["mean"], ns["std"]
+    _assert_close(mean.compute(), ns["fitted"].predict(ns["X"]))
+    _assert_close(std.compute(), ns["fitted"].predict(ns["X"], return_std=True, include_noise=False)[1])
