@@ -196,9 +196,10 @@ class Incremental(_DaskMLIncremental):
 
     ``fit(X, y)`` on dask arrays clones the estimator and calls its ``partial_fit`` on one block
     after the other (``partial_fit`` continues from the fitted estimator); keyword arguments such
-    as ``classes=`` reach every call. Everything but ``predict`` is dask-ml's, parameters and
-    defaults included. ``predict(X, return_std=True)`` returns a ``(mean, std)`` pair of dask
-    arrays (:func:`predict_blocks`); ``predict_proba`` is dask-ml's, block by block.
+    as ``classes=`` reach every call. Everything but prediction is dask-ml's, parameters and
+    defaults included. On a dask array, ``predict(X, return_std=True)`` returns a ``(mean, std)``
+    pair of dask arrays (:func:`predict_blocks`) and ``predict_proba`` a dask array
+    (:func:`predict_proba_blocks`), one task per block, empty blocks included.
 
     A filter learns its rows in order. Dask-ML's default ``shuffle_blocks=True`` feeds the blocks
     in a random order (seeded by ``random_state``): right for exchangeable rows, wrong for a time
@@ -260,8 +261,9 @@ class Incremental(_DaskMLIncremental):
 
         Parameters
         ----------
-        X : dask.array.Array or array-like of shape (n_samples, n_features)
-            A dask array gives dask arrays; an in-memory array gives the estimator's own output.
+        X : dask.array.Array, dask DataFrame or array-like of shape (n_samples, n_features)
+            A dask array gives dask arrays (:func:`predict_blocks`); a dask DataFrame gives
+            dask-ml's output (no ``return_std``); an in-memory array gives the estimator's own.
         return_std : bool, default=False
             Also return the predictive standard deviation (regressors).
         **predict_params
@@ -273,10 +275,31 @@ class Incremental(_DaskMLIncremental):
         y_std : same type and shape
             Only when ``return_std``.
         """
-        if not return_std and not predict_params:
-            return super().predict(X)
         self._check_method("predict")
         estimator = self._postfit_estimator
         if isinstance(X, da.Array):
             return predict_blocks(estimator, X, return_std=return_std, **predict_params)
+        if not return_std and not predict_params:
+            return super().predict(X)
+        if hasattr(X, "npartitions"):
+            raise TypeError("Incremental.predict: return_std and predict keywords need a dask array, not a dask "
+                            "DataFrame; convert it with X.to_dask_array(lengths=True).")
         return estimator.predict(X, return_std=return_std, **predict_params)
+
+    def predict_proba(self, X):
+        """Class probabilities for ``X``, block by block for a dask array.
+
+        Parameters
+        ----------
+        X : dask.array.Array, dask DataFrame or array-like of shape (n_samples, n_features)
+            A dask array gives a dask array (:func:`predict_proba_blocks`); other inputs are
+            handled as by dask-ml.
+
+        Returns
+        -------
+        proba : dask.array.Array or ndarray of shape (n_samples, n_classes)
+        """
+        self._check_method("predict_proba")
+        if isinstance(X, da.Array):
+            return predict_proba_blocks(self._postfit_estimator, X)
+        return super().predict_proba(X)

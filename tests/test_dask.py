@@ -21,6 +21,8 @@ pytest.importorskip("dask_ml", reason="dask extra not installed")
 
 import dask  # noqa: E402
 import dask.array as da  # noqa: E402
+import dask.dataframe as dd  # noqa: E402
+import pandas as pd  # noqa: E402
 import joblib  # noqa: E402
 from dask_ml.wrappers import Incremental as DaskMLIncremental  # noqa: E402
 from distributed import Client, LocalCluster, get_task_stream  # noqa: E402
@@ -164,7 +166,7 @@ def test_incremental_predict_return_std_on_dask_equals_in_memory(client, estimat
     _assert_close(mean.compute(), m)
     _assert_close(std.compute(), s)
     assert np.all(s > 0)
-    # in-memory input: the estimator's own output; no keyword: dask-ml's predict
+    # in-memory input: the estimator's own output; no keyword: the mean alone, as a dask array
     for got, want in zip(inc.predict(X, return_std=True), (m, s)):
         assert isinstance(got, np.ndarray)
         np.testing.assert_array_equal(got, want)
@@ -193,6 +195,27 @@ def test_predict_blocks_passes_keywords_and_handles_multi_output_and_unknown_chu
     by_columns = da.from_array(X, chunks=(50, 1))
     _assert_close(predict_blocks(reg, by_columns, return_std=True)[1].compute(),
                                   reg.predict(X, return_std=True)[1])
+
+
+def test_incremental_predicts_on_empty_blocks_and_dataframes(client):
+    X, y = _data()
+    inc = Incremental(_small_lofi(), shuffle_blocks=False).fit(_dask(X), _dask(y))
+    keep = X[:, 0] > 0
+    keep[60] = False  # the one-row block becomes empty
+    masked = _dask(X)[da.from_array(keep, chunks=(CHUNKS,))]
+    mean, std = inc.predict(masked, return_std=True)
+    _assert_close(mean.compute(), inc.estimator_.predict(X[keep]))
+    _assert_close(std.compute(), inc.estimator_.predict(X[keep], return_std=True)[1])
+    _assert_close(inc.predict(masked).compute(), inc.estimator_.predict(X[keep]))
+    frame = dd.from_pandas(pd.DataFrame(X), npartitions=3)
+    _assert_close(np.asarray(inc.predict(frame).compute()), inc.estimator_.predict(X))
+    with pytest.raises(TypeError, match="to_dask_array"):
+        inc.predict(frame, return_std=True)
+    labels = _labels(y)
+    clf = Incremental(LoFiClassifier(hidden_layer_sizes=(8,), random_state=0), shuffle_blocks=False)
+    clf.fit(_dask(X), _dask(labels), classes=["down", "up"])
+    _assert_close(clf.predict_proba(masked).compute(), clf.estimator_.predict_proba(X[keep]))
+    np.testing.assert_array_equal(clf.predict(masked).compute(), clf.estimator_.predict(X[keep]))
 
 
 def test_predict_proba_blocks_equals_in_memory(client):
