@@ -115,4 +115,5 @@ def test_the_recipes_of_doc_river_run_as_printed(capsys):
     mean, std = ns["mean"], ns["std"]
     assert mean.shape == std.shape == (1,) and std[0] > 0
     x, features = ns["x"], ns["features"]
-    assert mean[0] == ns["model"].predict_one(x)  # same order as the converter's, whatever the keys' order
+    assert list(x) != features  # the dict's keys come in another order ...
+    assert mean[0] == ns["model"].predict_one(x)  # ... and the row is still the converter's
