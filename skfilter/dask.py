@@ -254,6 +254,17 @@ class Incremental(_DaskMLIncremental):
     ...     reference = reference.partial_fit(X[start:start + 100], y[start:start + 100])
     >>> bool(np.allclose(mean.compute(), reference.predict(X)))
     True
+
+    On a ``dask.distributed`` cluster (here an in-process one) the same calls run on its workers:
+
+    >>> import dask
+    >>> from dask.distributed import Client, LocalCluster
+    >>> with LocalCluster(processes=False, n_workers=1, threads_per_worker=1,
+    ...                   dashboard_address=":0") as cluster, Client(cluster):
+    ...     inc = inc.partial_fit(Xd, yd)  # a second pass over the blocks
+    ...     mean, std = dask.compute(*inc.predict(Xd, return_std=True))
+    >>> inc.estimator_.n_samples_seen_, mean.shape
+    (600, (300,))
     """
 
     def predict(self, X, return_std=False, **predict_params):
