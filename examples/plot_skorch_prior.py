@@ -134,7 +134,7 @@ def main(out_dir=OUTPUT_DIR):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.partition("\n")[0])
     parser.add_argument("--out", type=Path, default=OUTPUT_DIR,
                         help="folder of the figure (default: examples_output/ under the current directory)")
     main(parser.parse_args().out)
