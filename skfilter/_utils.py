@@ -1,4 +1,4 @@
-"""Small shared helpers: device and dtype resolution, tensor conversion, parameter checks, and
+"""Small shared helpers: device and dtype resolution, tensor conversion, seeds, progress bars, and
 the per-estimator memo of the per-call fast paths."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import numpy as np
 from scipy.sparse import issparse
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone
 from sklearn.utils import get_tags
-from sklearn.utils._param_validation import HasMethods, Interval
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions, validate_params
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_consistent_length, check_is_fitted
 
@@ -19,6 +19,9 @@ __all__ = ["prequential_predict", "prequential_score", "metric_function", "needs
            "StreamPrefixEstimator"]
 
 
+@validate_params({"return_std": ["boolean"],
+                  "method": [StrOptions({"predict", "predict_proba", "predict_log_proba"})]},
+                 prefer_skip_nested_validation=False)  # the estimator's own validation runs
 def prequential_predict(estimator, X, y, *, return_std=False, method="predict", sample_weight=None,
                         classes=None):
     """One-step-ahead predictions over a stream, each made before its row is learned.

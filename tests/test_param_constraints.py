@@ -191,3 +191,24 @@ def test_validation_runs_once_per_parameter_values(monkeypatch):
     est.set_params(decay=2.0)
     with pytest.raises(InvalidParameterError, match="'decay'"):
         est.partial_fit(X[:1], y[:1])
+
+
+@pytest.mark.parametrize("kwargs, name", [({"method": "transform"}, "method"), ({"return_std": "yes"}, "return_std")])
+def test_public_functions_validate_their_scalar_options(kwargs, name):
+    from skfilter.model_selection import prequential_predict
+
+    est = EKFRegressor(**SMALL)
+    X, y = _data(est)
+    with pytest.raises(InvalidParameterError, match=f"'{name}' parameter of prequential_predict"):
+        prequential_predict(est, X, y, **kwargs)
+    assert not hasattr(est, "filter_state_")
+
+
+def test_plotting_functions_validate_their_scalar_options():
+    pytest.importorskip("matplotlib")
+    from skfilter.plotting import plot_reliability, plot_run_length
+
+    with pytest.raises(InvalidParameterError, match="'n_bins' parameter of plot_reliability"):
+        plot_reliability([0, 1], [[0.5, 0.5], [0.2, 0.8]], n_bins=1.5)
+    with pytest.raises(InvalidParameterError, match="'log_floor' parameter of plot_run_length"):
+        plot_run_length(np.full((2, 2), 0.5), log_floor=-1.0)
