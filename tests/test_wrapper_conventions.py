@@ -163,3 +163,15 @@ def test_prequential_predict_of_a_wrapper_keeps_working_with_verbose(capfd):
     est = BOCDRegressor(EKFRegressor(hidden_layer_sizes=(4,), random_state=0), n_hypotheses=2, verbose=1)
     mean = prequential_predict(est, X, y)
     assert mean.shape == y.shape and "row/s" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("est, target", [(LoFiRegressor(hidden_layer_sizes=(4,), rank=2, random_state=0), y),
+                                         (EKFClassifier(hidden_layer_sizes=(4,), random_state=0), y_class)],
+                         ids=["lofi-reg", "ekf-clf"])
+def test_base_filter_verbose_bar_and_silence(est, target, capfd):
+    clone(est).fit(X, target)
+    clone(est).partial_fit(X, target, **_classes(target))
+    assert capfd.readouterr().err == ""
+    clone(est).set_params(verbose=1, n_epochs=2).fit(X, target)
+    err = capfd.readouterr().err
+    assert type(est).__name__ in err and "row/s" in err
