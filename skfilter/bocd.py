@@ -110,8 +110,8 @@ class _BOCDMeta(ValidatedParamsMixin, FilterMetaEstimator):
         check_parameter_constraints(self)
         k = self.n_hypotheses
         if self.reset in ("ou", "cpp-ou") and k != 1:
-            raise_invalid_parameter(self, "n_hypotheses", f"1 with reset={self.reset!r}, which keeps one hypothesis (set n_hypotheses=1)",
-                                    k)
+            raise_invalid_parameter(self, "n_hypotheses",
+                                    f"1 with reset={self.reset!r}, which keeps one hypothesis (set n_hypotheses=1)", k)
         return {"hazard": float(self.hazard), "n_hypotheses": None if k is None else int(k), "reset": self.reset,
                 "threshold": float(self.threshold), "weighted_evidence": self.evidence == "weighted"}
 

@@ -44,7 +44,10 @@ class TargetScaledRegressor(ValidatedParamsMixin, MetaEstimatorMixin, RegressorM
         The regressor of the scaled targets (a skfilter filter, a wrapper, a
         :class:`~skfilter.PartialPipeline`, or any regressor; ``partial_fit`` needs one with
         ``partial_fit``, ``return_std`` and ``sample_y`` one with those). ``None``:
-        ``LoFiRegressor()``. Cloned by the first call of a stream.
+        ``LoFiRegressor()``. Cloned by the first call of a stream: ``partial_fit`` continues with
+        that clone, ``regressor_`` (replacing ``regressor`` raises; parameters set on it with
+        ``set_params(regressor__<name>=…)`` take effect at the next ``fit``, and those of the
+        running stream are set on ``regressor_``).
     transformer : transformer, default=None
         An affine, per-output transformer of ``y`` (``fit``, ``transform``, ``inverse_transform``):
         ``StandardScaler``, ``MinMaxScaler``, ``RobustScaler``, ``MaxAbsScaler``, … ``None``:

@@ -186,7 +186,8 @@ class EKFRegressor(_EKFStructure, FilterRegressorMixin, BaseFilter):
                  verbose=0, warm_start=False, **module_kwargs):
         self._store_init_params(locals())
 
-    _parameter_constraints = {**BaseFilter._parameter_constraints, **FilterRegressorMixin._target_parameter_constraints,
+    _parameter_constraints = {**BaseFilter._parameter_constraints,
+                              **FilterRegressorMixin._target_parameter_constraints,
                               **_EKFStructure._structure_parameter_constraints}
 
 
@@ -312,5 +313,6 @@ class EKFClassifier(_EKFStructure, FilterClassifierMixin, BaseFilter):
                  device="cpu", dtype=None, verbose=0, warm_start=False, **module_kwargs):
         self._store_init_params(locals())
 
-    _parameter_constraints = {**BaseFilter._parameter_constraints, **FilterClassifierMixin._target_parameter_constraints,
+    _parameter_constraints = {**BaseFilter._parameter_constraints,
+                              **FilterClassifierMixin._target_parameter_constraints,
                               **_EKFStructure._structure_parameter_constraints}

@@ -203,7 +203,8 @@ class LoFiRegressor(_LoFiStructure, FilterRegressorMixin, BaseFilter):
                  random_state=None, device="cpu", dtype=None, verbose=0, warm_start=False, **module_kwargs):
         self._store_init_params(locals())
 
-    _parameter_constraints = {**BaseFilter._parameter_constraints, **FilterRegressorMixin._target_parameter_constraints,
+    _parameter_constraints = {**BaseFilter._parameter_constraints,
+                              **FilterRegressorMixin._target_parameter_constraints,
                               **_LoFiStructure._structure_parameter_constraints}
 
 
@@ -334,5 +335,6 @@ class LoFiClassifier(_LoFiStructure, FilterClassifierMixin, BaseFilter):
                  verbose=0, warm_start=False, **module_kwargs):
         self._store_init_params(locals())
 
-    _parameter_constraints = {**BaseFilter._parameter_constraints, **FilterClassifierMixin._target_parameter_constraints,
+    _parameter_constraints = {**BaseFilter._parameter_constraints,
+                              **FilterClassifierMixin._target_parameter_constraints,
                               **_LoFiStructure._structure_parameter_constraints}
