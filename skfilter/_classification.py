@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from numbers import Integral
+
 import numpy as np
 import torch
 from sklearn.base import ClassifierMixin
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from ._utils import to_numpy
-from ._validation import ProbabilisticClassifierMixin, check_class_module_outputs, check_int, encode_class_labels
+from ._validation import ProbabilisticClassifierMixin, check_class_module_outputs, encode_class_labels
 from .likelihoods import Bernoulli, Categorical, probit_probabilities
 
 _CLASSIFICATION_PREDICTIVES = ("probit", "plugin", "mc")
@@ -45,10 +48,14 @@ class FilterClassifierMixin(ProbabilisticClassifierMixin, ClassifierMixin):
         eps = torch.finfo(summaries.dtype).eps
         return float(-torch.log(p.clamp(eps, 1 - eps)).mean())
 
+    #: scikit-learn's constraints of the classification parameters (merged by the concrete estimators)
+    _target_parameter_constraints = {
+        "predictive": [StrOptions(set(_CLASSIFICATION_PREDICTIVES))],
+        "n_mc_samples": [Interval(Integral, 1, None, closed="left")],
+    }
+
     def _check_target_params(self):
-        if self.predictive not in _CLASSIFICATION_PREDICTIVES:
-            raise ValueError(f"predictive must be one of {_CLASSIFICATION_PREDICTIVES}, got {self.predictive!r}.")
-        check_int(self.n_mc_samples, "n_mc_samples", 1)
+        """Nothing beyond the constraint pass."""
         return {}
 
     def _y_validation_kwargs(self):

@@ -19,24 +19,26 @@ Guarantees (DESIGN.md, conventions):
 
 from __future__ import annotations
 
-import operator
+from numbers import Integral, Real
 
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
-from ._utils import check_fitted, check_scalar, is_frozen, magnitude_bound, memo_for, output_limit
-from ._utils import progress_bar, resolve_device, resolve_dtype, torch_generator
+from ._utils import check_fitted, magnitude_bound, memo_for, output_limit
+from ._utils import pass_progress, progress_bar, resolve_device, resolve_dtype, torch_generator
 from .dynamics import Dynamics, Reference
 from . import kernels
 from .filtering import EngineParts, FilterState, run_filter
 from .posteriors import Posterior, map_belief, select_hypothesis
 from .models import MLPAdapter, build_module, make_adapter, standardize_mlp
 from .priors import auto_prior, input_standardization
-from ._validation import check_data_magnitude, check_finite_output, check_int, check_network_params
-from ._validation import check_no_unknown_kwargs, unchanged_on_error
+from ._validation import DEVICE_PARAMETER_CONSTRAINTS, NETWORK_PARAMETER_CONSTRAINTS, ValidatedParamsMixin
+from ._validation import check_data_magnitude, check_finite_output, check_network_params
+from ._validation import check_no_unknown_kwargs, check_parameter_constraints, unchanged_on_error
 from ._validation import PrefixedParamsMixin, check_structural_params_unchanged
 
 #: maximal number of Jacobian entries (rows × outputs × parameters) held at once when predicting
@@ -94,67 +96,43 @@ def _n_epochs_of(est) -> int:
     return n if isinstance(n, (int, np.integer)) and not isinstance(n, bool) else 1
 
 
-class BaseFilter(PrefixedParamsMixin, BaseEstimator):
+class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
     """Base class of the filter estimators (see the module docstring). Not for direct use."""
 
     # -- parameters ---------------------------------------------------------------------------
-    def _check_params(self) -> dict:
-        """Validate the hyper-parameters; returns the resolved settings (a dict nobody modifies).
+    #: scikit-learn's constraints of the parameters every filter has (concrete estimators merge
+    #: these with their likelihood's and structure's: ``{**BaseFilter._parameter_constraints, …}``)
+    _parameter_constraints: dict = {
+        **NETWORK_PARAMETER_CONSTRAINTS,
+        **DEVICE_PARAMETER_CONSTRAINTS,
+        "prior_variance": [StrOptions({"auto"}), Interval(Real, 0, None, closed="neither")],
+        "process_noise": [Interval(Real, 0, None, closed="left")],
+        "decay": [Interval(Real, 0, 1, closed="both")],
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "warm_start": ["boolean"],
+    }
 
-        A streaming loop calls this at every ``partial_fit``: the settings are remembered (see
-        :func:`skfilter._utils.memo_for`) with the parameter objects they were validated from, and
-        returned again while the instance dictionary has the same keys and every public attribute
-        is the same object, provided every one of them is a value that cannot change in place
-        (:func:`skfilter._utils.is_frozen`: numbers, strings, devices, dtypes, classes, tuples of
-        them). Anything else (a list, an array, a module instance) is validated at every call."""
-        state = self.__dict__
-        memo = memo_for(self)
-        known = memo.get("params")
-        if known is not None:
-            keys, names, values, cfg = known
-            if keys == tuple(state) and all(map(operator.is_, map(state.get, names), values)):
-                return cfg
-        cfg = self._validate_params()
-        names = tuple(k for k in state if k[0] != "_" and k[-1] != "_")
-        values = tuple(state[k] for k in names)
-        if all(map(is_frozen, values)):
-            memo["params"] = (tuple(state), names, values, cfg)
-        else:
-            memo.pop("params", None)
-        return cfg
-
-    def _validate_params(self) -> dict:
-        """Validate the hyper-parameters shared by every filter; returns the resolved settings."""
+    def _resolve_params(self) -> dict:
+        """Validate the hyper-parameters (unknown keyword arguments, scikit-learn's constraint pass,
+        then the checks that depend on the machine or on several parameters); returns the resolved
+        settings (memoised by :meth:`~skfilter._validation.ValidatedParamsMixin._check_params`)."""
         check_no_unknown_kwargs(self, self._param_prefixes)
+        check_parameter_constraints(self)
         device = resolve_device(self.device)
         cfg = {
             "device": device,
             "dtype": resolve_dtype(self.dtype, device),
-            "prior_variance": self._check_prior_variance(),
-            "process_noise": check_scalar(self.process_noise, "process_noise", low=0.0),
-            "decay": check_scalar(self.decay, "decay", low=0.0, high=1.0),
-            "batch_size": check_int(self.batch_size, "batch_size", 1),
-            "warm_start": self._check_warm_start(),
+            "prior_variance": self.prior_variance if isinstance(self.prior_variance, str)
+            else float(self.prior_variance),
+            "process_noise": float(self.process_noise),
+            "decay": float(self.decay),
+            "batch_size": int(self.batch_size),
+            "warm_start": bool(self.warm_start),
         }
         cfg.update(check_network_params(self))
         cfg.update(self._check_structure_params())
         cfg.update(self._check_target_params())
         return cfg
-
-    def _check_warm_start(self) -> bool:
-        """``warm_start`` must be a bool (an estimator built before it existed counts as False)."""
-        warm = getattr(self, "warm_start", False)
-        if not isinstance(warm, (bool, np.bool_)):
-            raise TypeError(f"warm_start must be a bool, got {warm!r}.")
-        return bool(warm)
-
-    def _check_prior_variance(self):
-        """``'auto'`` (the data-scaled prior of :mod:`skfilter.priors`) or a positive float."""
-        if isinstance(self.prior_variance, str):
-            if self.prior_variance != "auto":
-                raise TypeError(f"prior_variance must be 'auto' or a positive number, got {self.prior_variance!r}.")
-            return "auto"
-        return check_scalar(self.prior_variance, "prior_variance", low=0.0, include_low=False)
 
     def _prior(self, adapter, X, Y, cfg, weights=None):
         """The prior ``(θ₀, σ₀²)``: the module's weights and ``prior_variance``, or with
@@ -214,6 +192,11 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
     def _set_weighting(self, weighting):
         """Install a weighting function (the engine's stage 4) on this estimator; for wrappers."""
         self._weighting = weighting
+
+    def _set_progress(self, verbose, desc):
+        """Show the progress of this estimator's passes as a wrapper's: a bar named ``desc`` when
+        ``verbose > 0`` (or this estimator's own ``verbose``); for wrappers that fit it."""
+        self._progress = (verbose, desc)
 
     # -- the fitted state (one value, swapped whole) -------------------------------------------
     @property
@@ -411,7 +394,8 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
         Xt, Yt = self._tensor(X), self._tensor(self._target_matrix(Y))
         wt = None if w is None else self._tensor(w)
         n = Xt.shape[0]
-        bar = progress_bar(self.verbose, n_epochs * n, type(self).__name__)
+        wrapper_verbose, desc = self.__dict__.get("_progress", (0, type(self).__name__))
+        bar = progress_bar(self.verbose or wrapper_verbose, n_epochs * n, desc)
         out = None
         try:
             for epoch in range(n_epochs):
@@ -420,9 +404,7 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
                     Xe, Ye, we = Xt[perm], Yt[perm], None if wt is None else wt[perm]
                 else:
                     Xe, Ye, we = Xt, Yt, wt
-                progress = None
-                if bar is not None:
-                    progress = lambda j, b=bar, s=epoch * n: b.update(s + j - b.n)  # noqa: E731
+                progress = pass_progress(bar, epoch * n)
                 try:
                     state, out = run_filter(parts, self.filter_state_, Xe, Ye, we, cfg["batch_size"], record,
                                             progress)
@@ -572,7 +554,12 @@ class BaseFilter(PrefixedParamsMixin, BaseEstimator):
         """
         # recording the one-step-ahead predictive costs 20–40 % of a pass on small networks: only a
         # multi-pass fit, whose loss curve is the point, pays for it (a single pass gets NaN)
-        reset = not (self._check_warm_start() and hasattr(self, "filter_state_"))
+        warm = self._check_params()["warm_start"] and hasattr(self, "filter_state_")
+        return self._fit_passes(X, y, sample_weight, reset=not warm)
+
+    def _fit_passes(self, X, y, sample_weight=None, *, reset):
+        """``fit``'s ``n_epochs`` passes, from the prior (``reset``) or from the current belief;
+        for wrappers that fit this estimator (``warm_start`` is theirs then)."""
         self._fit(X, y, sample_weight, reset=reset, loss=_n_epochs_of(self) > 1)
         return self
 

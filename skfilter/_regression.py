@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import numbers
+from numbers import Integral, Real
 
 import numpy as np
 import torch
 from sklearn.base import RegressorMixin
+from sklearn.utils._param_validation import Interval, StrOptions, validate_params
 from sklearn.utils.validation import check_is_fitted
 
-from ._validation import check_int, regression_target_matrix
+from ._validation import raise_invalid_parameter, regression_target_matrix
 from ._utils import seed_from_random_state, torch_generator, to_numpy
 from .likelihoods import Gaussian, Poisson
 from .priors import target_scale
@@ -73,23 +75,26 @@ class FilterRegressorMixin(RegressorMixin):
         nlpd = 0.5 * (torch.log(2 * np.pi * var) + (Y - mean) ** 2 / var)
         return float(nlpd.sum(-1).mean())
 
+    #: scikit-learn's constraints of the regression parameters (merged by the concrete estimators)
+    _target_parameter_constraints = {
+        "likelihood": [StrOptions(set(_REGRESSION_LIKELIHOODS))],
+        "predictive": [StrOptions(set(_REGRESSION_PREDICTIVES))],
+        "n_mc_samples": [Interval(Integral, 1, None, closed="left")],
+        "obs_variance": [StrOptions(set(_NOISE_ESTIMATES)), Interval(Real, 0, None, closed="neither"), "array-like"],
+    }
+
     def _check_target_params(self):
-        if self.likelihood not in _REGRESSION_LIKELIHOODS:
-            raise ValueError(f"likelihood must be one of {_REGRESSION_LIKELIHOODS}, got {self.likelihood!r}.")
-        if self.predictive not in _REGRESSION_PREDICTIVES:
-            raise ValueError(f"predictive must be one of {_REGRESSION_PREDICTIVES}, got {self.predictive!r}.")
-        check_int(self.n_mc_samples, "n_mc_samples", 1)
+        """After the constraint pass: an ``obs_variance`` array must be 1-d, non-empty, finite and
+        positive (the constraints check its type only)."""
         r = self.obs_variance
-        if isinstance(r, str):
-            if r not in _NOISE_ESTIMATES:
-                raise ValueError("obs_variance must be positive, an array of positive values, 'auto', 'robust' or "
-                                 f"'adaptive', got {r!r}.")
-        else:
-            if isinstance(r, bool) or not (isinstance(r, numbers.Real) or hasattr(r, "__len__")):
-                raise TypeError(f"obs_variance must be a positive number, array, 'auto', 'robust' or 'adaptive', got {r!r}.")
-            arr = np.asarray(r, dtype=np.float64)
-            if arr.ndim > 1 or arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr <= 0):
-                raise ValueError(f"obs_variance must be positive and finite (a scalar or a 1-d array), got {r!r}.")
+        if not isinstance(r, (str, numbers.Real)):
+            try:
+                arr = np.asarray(r, dtype=np.float64)
+            except (TypeError, ValueError):
+                arr = None
+            if arr is None or arr.ndim != 1 or arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+                raise_invalid_parameter(self, "obs_variance", "'auto', 'robust', 'adaptive', a positive finite "
+                                        "number or a 1-d array of them", r)
         return {}
 
     def _initial_noise(self, n_outputs, cfg, Y, weights):
@@ -265,6 +270,8 @@ class FilterRegressorMixin(RegressorMixin):
         self._check_finite_prediction(*((std,) if finite_mean else (mean, std)))
         return mean, std
 
+    @validate_params({"X": ["array-like"], "n_samples": [Interval(Integral, 1, None, closed="left")],
+                      "random_state": ["random_state"]}, prefer_skip_nested_validation=True)
     def sample_y(self, X, n_samples=1, random_state=None):
         """Draw from the posterior predictive of ``y``: ``θ_s ~ N(μ, Σ)``, then ``y ~ p(y | h(θ_s, x))``.
 
@@ -281,7 +288,6 @@ class FilterRegressorMixin(RegressorMixin):
         -------
         y_samples : ndarray of shape (n_samples_X, n_samples) or (n_samples_X, n_outputs, n_samples)
         """
-        n_samples = check_int(n_samples, "n_samples", 1)
         Xt = self._predict_tensor(X)
         seed = seed_from_random_state(random_state)
         gen = torch_generator(seed, self._device)

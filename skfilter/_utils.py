@@ -1,9 +1,8 @@
-"""Small shared helpers: device and dtype resolution, tensor conversion, parameter checks, and
+"""Small shared helpers: device and dtype resolution, tensor conversion, seeds, progress bars, and
 the per-estimator memo of the per-call fast paths."""
 
 from __future__ import annotations
 
-import numbers
 import weakref
 
 import numpy as np
@@ -157,23 +156,6 @@ def check_fitted(est, attribute: str, named: bool = False):
         check_is_fitted(est, attribute if named else None)
 
 
-def check_scalar(value, name, *, low=None, high=None, include_low=True, allow_none=False):
-    """Validate a real scalar parameter and return it as a Python float."""
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {value!r} of type {type(value).__name__}.")
-    value = float(value)
-    if not np.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}.")
-    if low is not None and (value < low or (value == low and not include_low)):
-        op = ">=" if include_low else ">"
-        raise ValueError(f"{name} must be {op} {low}, got {value!r}.")
-    if high is not None and value > high:
-        raise ValueError(f"{name} must be <= {high}, got {value!r}.")
-    return value
-
-
 def to_numpy(t: torch.Tensor) -> np.ndarray:
     """``t`` as a NumPy array on the host (detached; a copy only when it is not on the CPU)."""
     return t.detach().to("cpu").numpy()
@@ -203,3 +185,12 @@ def progress_bar(enabled, total: int, desc: str):
     except ImportError:  # pragma: no cover - tqdm is optional
         return None
     return tqdm(total=total, desc=desc, unit="row", leave=False)
+
+
+def pass_progress(bar, offset: int = 0):
+    """The ``progress(rows_done)`` callback of a pass over rows (the engines call it between steps
+    and between chunks of the compiled kernels) that moves ``bar`` to ``offset + rows_done``;
+    ``None`` without a bar."""
+    if bar is None:
+        return None
+    return lambda rows_done: bar.update(offset + rows_done - bar.n)

@@ -9,16 +9,24 @@ from __future__ import annotations
 
 import inspect
 import numbers
+import operator
 
 import numpy as np
+import torch
+from sklearn.utils._param_validation import InvalidParameterError, Interval, Options, StrOptions
+from sklearn.utils._param_validation import make_constraint
 from sklearn.utils.multiclass import check_classification_targets
 
-from ._utils import check_fitted
+from ._utils import check_fitted, is_frozen, memo_for
 from .exceptions import FilterStepError
 from .models import ACTIVATIONS
 
 __all__ = [
-    "check_int",
+    "NETWORK_PARAMETER_CONSTRAINTS",
+    "DEVICE_PARAMETER_CONSTRAINTS",
+    "ValidatedParamsMixin",
+    "check_parameter_constraints",
+    "raise_invalid_parameter",
     "check_network_params",
     "check_no_unknown_kwargs",
     "encode_class_labels",
@@ -87,13 +95,6 @@ def check_structural_params_unchanged(est, fitted_values: dict):
         )
 
 
-def check_int(value, name, low):
-    """``int(value)`` if ``value`` is an integer (not a bool) ``>= low``, else ``ValueError``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}.")
-    return int(value)
-
-
 def check_no_unknown_kwargs(est, prefixes):
     """Reject attributes that are neither parameters nor ``<prefix><name>`` keyword arguments."""
     known = set(est._get_param_names())
@@ -110,20 +111,107 @@ def check_no_unknown_kwargs(est, prefixes):
 
 
 def check_network_params(est) -> dict:
-    """Validate ``hidden_layer_sizes``, ``activation``, ``n_epochs`` and ``shuffle``."""
+    """The network settings after the constraint pass (:data:`NETWORK_PARAMETER_CONSTRAINTS`):
+    ``hidden_layer_sizes`` as a tuple (an int is one layer), each entry checked to be an integer
+    ``>= 1`` (a check of the entries, which the constraints cannot express), and ``n_epochs``."""
     hls = est.hidden_layer_sizes
-    if isinstance(hls, numbers.Integral) and not isinstance(hls, bool):
-        hls = (hls,)
-    try:
-        hls = tuple(hls)
-    except TypeError as exc:
-        raise ValueError(f"hidden_layer_sizes must be a sequence of ints, got {hls!r}.") from exc
-    hls = tuple(check_int(h, "each hidden layer size", 1) for h in hls)
-    if est.activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {est.activation!r}.")
-    if not isinstance(est.shuffle, (bool, np.bool_)):
-        raise ValueError(f"shuffle must be a bool, got {est.shuffle!r}.")
-    return {"hidden_layer_sizes": hls, "n_epochs": check_int(est.n_epochs, "n_epochs", 1)}
+    hls = (hls,) if isinstance(hls, numbers.Integral) else tuple(hls)
+    bad = [h for h in hls if isinstance(h, (bool, np.bool_)) or not isinstance(h, numbers.Integral) or h < 1]
+    if bad:
+        raise_invalid_parameter(est, "hidden_layer_sizes", "an int >= 1 or a sequence of them (each hidden "
+                                "layer size an integer >= 1)", est.hidden_layer_sizes)
+    return {"hidden_layer_sizes": tuple(int(h) for h in hls), "n_epochs": int(est.n_epochs)}
+
+
+# -- scikit-learn's parameter constraints ----------------------------------------------------------
+#: constraints of the default network's parameters (filters and gradient baselines)
+NETWORK_PARAMETER_CONSTRAINTS = {
+    "hidden_layer_sizes": ["array-like", Interval(numbers.Integral, 1, None, closed="left")],
+    "activation": [StrOptions(set(ACTIVATIONS))],
+    "module": [None, torch.nn.Module, type],
+    "n_epochs": [Interval(numbers.Integral, 1, None, closed="left")],
+    "shuffle": ["boolean"],
+    "random_state": ["random_state"],
+    "verbose": ["verbose"],
+}
+
+#: constraints of ``device`` and ``dtype`` (the device's availability and float64 on MPS are
+#: checked by :func:`skfilter._utils.resolve_device` / :func:`~skfilter._utils.resolve_dtype`)
+DEVICE_PARAMETER_CONSTRAINTS = {
+    "device": [None, str, torch.device],
+    "dtype": [None, StrOptions({"float32", "float64"}), Options(torch.dtype, {torch.float32, torch.float64}),
+              Options(type, {float, np.float32, np.float64}),
+              Options(np.dtype, {np.dtype(np.float32), np.dtype(np.float64)})],
+}
+
+#: constraints that accept a bool (the others, numeric intervals, do not: ``True`` is no count)
+_BOOL_CONSTRAINTS = ("boolean", "verbose")
+
+
+def raise_invalid_parameter(est, name, must_be, value):
+    """Raise scikit-learn's ``InvalidParameterError`` (a ``ValueError`` and a ``TypeError``) for a
+    check the constraints cannot express (entries of a sequence, a value that depends on another
+    parameter), worded as scikit-learn's: ``The 'name' parameter of Est must be must_be. Got value
+    instead.``"""
+    raise InvalidParameterError(f"The {name!r} parameter of {type(est).__name__} must be {must_be}. "
+                                f"Got {value!r} instead.")
+
+
+def check_parameter_constraints(est):
+    """Validate ``est``'s parameters against its ``_parameter_constraints`` (scikit-learn's
+    ``BaseEstimator._validate_params``), and reject a bool given for a number: scikit-learn counts
+    ``True`` as the integer 1, which for a count, a variance or a rate is a mistake."""
+    est._validate_params()
+    for name, constraints in est._parameter_constraints.items():
+        value = getattr(est, name, None)
+        if isinstance(value, (bool, np.bool_)) and not any(
+                isinstance(c, str) and c in _BOOL_CONSTRAINTS for c in constraints):
+            allowed = [str(make_constraint(c)) for c in constraints]
+            raise_invalid_parameter(est, name, ", ".join(allowed[:-1]) + (" or " if len(allowed) > 1 else "")
+                                    + allowed[-1] + " (not a bool)", value)
+
+
+class ValidatedParamsMixin:
+    """Parameter validation through scikit-learn's constraints, once per parameter values.
+
+    :meth:`_check_params` returns the resolved settings of :meth:`_resolve_params` (which starts
+    with :func:`check_parameter_constraints`, then checks what depends on several parameters).
+    A streaming loop calls it at every ``partial_fit`` (one row costs ~80 µs in all): the settings
+    are remembered (:func:`skfilter._utils.memo_for`) with the parameter objects they were
+    validated from, and returned again while the instance dictionary has the same keys and every
+    public attribute is the same object, provided every one is a value that cannot change in place
+    (:func:`skfilter._utils.is_frozen`: numbers, strings, devices, dtypes, classes, tuples of them)
+    or is named in :attr:`_type_checked_params` (a parameter whose check depends on its type only,
+    such as a wrapper's ``estimator``). Anything else (a list, an array, a module instance) is
+    validated at every call.
+    """
+
+    #: parameters whose validation depends on their type only: the same object passes again
+    _type_checked_params: tuple = ()
+
+    def _check_params(self) -> dict:
+        """Validate the hyper-parameters; returns the resolved settings (a dict nobody modifies)."""
+        state = self.__dict__
+        memo = memo_for(self)
+        known = memo.get("params")
+        if known is not None:
+            keys, names, values, cfg = known
+            if keys == tuple(state) and all(map(operator.is_, map(state.get, names), values)):
+                return cfg
+        cfg = self._resolve_params()
+        names = tuple(k for k in state if k[0] != "_" and k[-1] != "_")
+        values = tuple(state[k] for k in names)
+        reusable = self._type_checked_params
+        if all(is_frozen(v) or k in reusable for k, v in zip(names, values)):
+            memo["params"] = (tuple(state), names, values, cfg)
+        else:
+            memo.pop("params", None)
+        return cfg
+
+    def _resolve_params(self) -> dict:
+        """The constraint pass; subclasses add their checks and return the resolved settings."""
+        check_parameter_constraints(self)
+        return {}
 
 
 def encode_class_labels(est, y, first, classes=None) -> np.ndarray:

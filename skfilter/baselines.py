@@ -28,20 +28,27 @@ through ``train_step`` and ~340-390 µs for a bare torch loop; the resulting wei
 
 from __future__ import annotations
 
+from numbers import Integral, Real
+
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._utils import check_scalar, progress_bar, resolve_device, resolve_dtype
+from ._utils import progress_bar, resolve_device, resolve_dtype
 from .exceptions import FilterStepError
 from .models import build_module
 from ._validation import (
+    DEVICE_PARAMETER_CONSTRAINTS,
+    NETWORK_PARAMETER_CONSTRAINTS,
+    ValidatedParamsMixin,
     check_class_module_outputs,
-    check_int,
     check_network_params,
     check_no_unknown_kwargs,
+    check_parameter_constraints,
+    raise_invalid_parameter,
     encode_class_labels,
     regression_target_matrix,
     PrefixedParamsMixin,
@@ -82,34 +89,44 @@ def _all_finite(tensors) -> bool:
     return bool(torch.isfinite(torch.stack([n.to(torch.float64) for n in norms])).all())
 
 
-class _ReplayBase(PrefixedParamsMixin, BaseEstimator):
+class _ReplayBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
     """Shared machinery of the replay-buffer baselines (module docstring). Not for direct use."""
 
     _param_prefixes = _KWARG_PREFIXES
 
     # -- parameters ---------------------------------------------------------------------------
-    def _check_params(self) -> dict:
+    #: scikit-learn's constraints of the baselines' parameters (``module__*``/``optimizer__*``
+    #: keyword arguments are checked by :func:`~skfilter._validation.check_no_unknown_kwargs` and
+    #: by the module and optimiser they are given to)
+    _parameter_constraints: dict = {
+        **NETWORK_PARAMETER_CONSTRAINTS,
+        **DEVICE_PARAMETER_CONSTRAINTS,
+        "buffer_size": [Interval(Integral, 1, None, closed="left")],
+        "n_inner": [Interval(Integral, 1, None, closed="left")],
+        "optimizer": [StrOptions(set(OPTIMIZERS)), type],
+        "lr": [Interval(Real, 0, None, closed="neither")],
+    }
+
+    def _resolve_params(self) -> dict:
         if skorch is None:  # pragma: no cover
             raise ImportError("The replay-buffer baselines need skorch: pip install skorch") from _SKORCH_ERROR
         check_no_unknown_kwargs(self, self._param_prefixes)
+        check_parameter_constraints(self)
         device = resolve_device(self.device)
+        opt = self.optimizer
+        if isinstance(opt, str):
+            opt = OPTIMIZERS[opt]
+        elif not issubclass(opt, torch.optim.Optimizer):
+            raise_invalid_parameter(self, "optimizer", f"a str among {sorted(OPTIMIZERS)} or a "
+                                    "torch.optim.Optimizer subclass", opt)
         cfg = {
             "device": device,
             "dtype": resolve_dtype(self.dtype, device),
-            "buffer_size": check_int(self.buffer_size, "buffer_size", 1),
-            "n_inner": check_int(self.n_inner, "n_inner", 1),
-            "lr": check_scalar(self.lr, "lr", low=0.0, include_low=False),
+            "buffer_size": int(self.buffer_size),
+            "n_inner": int(self.n_inner),
+            "lr": float(self.lr),
+            "optimizer": opt,
         }
-        opt = self.optimizer
-        if isinstance(opt, str):
-            if opt not in OPTIMIZERS:
-                raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)} or a torch.optim.Optimizer "
-                                 f"subclass, got {opt!r}.")
-            opt = OPTIMIZERS[opt]
-        elif not (isinstance(opt, type) and issubclass(opt, torch.optim.Optimizer)):
-            raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)} or a torch.optim.Optimizer "
-                             f"subclass, got {opt!r}.")
-        cfg["optimizer"] = opt
         cfg.update(check_network_params(self))
         return cfg
 

@@ -35,37 +35,42 @@ base's own dynamics (``process_noise``, ``decay``) move the continuing hypothese
 
 from __future__ import annotations
 
-import numbers
+from numbers import Integral, Real
 
 import numpy as np
 import torch
 from sklearn.base import ClassifierMixin, RegressorMixin
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from ._meta import FilterMetaEstimator, PredictingClassifierMixin, PredictingRegressorMixin, is_filter
-from ._utils import check_fitted, memo_for, to_numpy
+from ._utils import check_fitted, memo_for, pass_progress, progress_bar, to_numpy
+from ._validation import ValidatedParamsMixin, check_parameter_constraints, raise_invalid_parameter
 from .exceptions import FilterStepError
 from .filtering import FilterState
 from .runlength import RESETS, RunLengthState, initial_state, run_runlength
 
 
-class _BOCDMeta(FilterMetaEstimator):
+class _BOCDMeta(ValidatedParamsMixin, FilterMetaEstimator):
     """Shared machinery of the run-length meta-estimators (module docstring)."""
 
     #: the wrappers' predictions need the run-length state
     _fitted_attribute = "runlength_state_"
 
     def __init__(self, estimator=None, *, hazard=0.01, n_hypotheses=10, reset="prior", threshold=0.5,
-                 evidence="weighted"):
+                 evidence="weighted", warm_start=False, verbose=0):
         self.estimator = estimator
         self.hazard = hazard
         self.n_hypotheses = n_hypotheses
         self.reset = reset
         self.threshold = threshold
         self.evidence = evidence
+        self.warm_start = warm_start
+        self.verbose = verbose
 
     def fit(self, X, y, sample_weight=None):
-        """Learn the stream ``(X, y)`` from the prior, in row order, as a run-length mixture.
+        """Learn the stream ``(X, y)`` from the prior, in row order, as a run-length mixture (with
+        ``warm_start=True`` and a fitted estimator: continue the fitted mixture, as ``partial_fit``).
 
         Parameters
         ----------
@@ -78,29 +83,37 @@ class _BOCDMeta(FilterMetaEstimator):
         -------
         self : object
         """
-        self._run(X, y, sample_weight, first=True)
+        self._check_params()  # warm_start is validated before it is read
+        warm = bool(self.warm_start) and hasattr(self, "runlength_state_")
+        self._run(X, y, sample_weight, first=not warm)
         return self
 
 
     # -- parameters ---------------------------------------------------------------------------
-    def _check_params(self):
-        h = self.hazard
-        if isinstance(h, bool) or not isinstance(h, numbers.Real) or not 0.0 <= float(h) <= 1.0:
-            raise ValueError(f"hazard must be a probability in [0, 1], got {h!r}.")
-        if self.reset not in RESETS:
-            raise ValueError(f"reset must be one of {RESETS}, got {self.reset!r}.")
+    #: scikit-learn's constraints of the parameters
+    _parameter_constraints: dict = {
+        "estimator": [None, HasMethods(["fit", "partial_fit"])],
+        "hazard": [Interval(Real, 0, 1, closed="both")],
+        "n_hypotheses": [None, Interval(Integral, 1, None, closed="left")],
+        "reset": [StrOptions(set(RESETS))],
+        "threshold": [Interval(Real, 0, 1, closed="both")],
+        "evidence": [StrOptions({"weighted", "plain"})],
+        "warm_start": ["boolean"],
+        "verbose": ["verbose"],
+    }
+    #: the base estimator's own parameters are checked by its ``fit``; here only its methods
+    _type_checked_params = ("estimator",)
+
+    def _resolve_params(self):
+        """The run-length step's options (:func:`skfilter.runlength.run_runlength`) after the
+        constraint pass, and the check that ``'ou'``/``'cpp-ou'`` keep one hypothesis."""
+        check_parameter_constraints(self)
         k = self.n_hypotheses
-        if k is not None and (isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1):
-            raise ValueError(f"n_hypotheses must be a positive integer or None, got {k!r}.")
         if self.reset in ("ou", "cpp-ou") and k != 1:
-            raise ValueError(f"reset={self.reset!r} keeps one hypothesis: set n_hypotheses=1.")
-        eps = self.threshold
-        if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not 0.0 <= float(eps) <= 1.0:
-            raise ValueError(f"threshold must be in [0, 1], got {eps!r}.")
-        if self.evidence not in ("weighted", "plain"):
-            raise ValueError(f"evidence must be 'weighted' or 'plain', got {self.evidence!r}.")
-        return {"hazard": float(h), "n_hypotheses": None if k is None else int(k), "reset": self.reset,
-                "threshold": float(eps), "weighted_evidence": self.evidence == "weighted"}
+            raise_invalid_parameter(self, "n_hypotheses",
+                                    f"1 with reset={self.reset!r}, which keeps one hypothesis (set n_hypotheses=1)", k)
+        return {"hazard": float(self.hazard), "n_hypotheses": None if k is None else int(k), "reset": self.reset,
+                "threshold": float(self.threshold), "weighted_evidence": self.evidence == "weighted"}
 
     def _filter_for(self, first, y, sample_weight):
         if first:
@@ -133,13 +146,16 @@ class _BOCDMeta(FilterMetaEstimator):
             prior_noise = self._prior_noise
             if prior_noise is not None:
                 prior_noise = {k: v.to(device=cfg["device"], dtype=cfg["dtype"]) for k, v in prior_noise.items()}
-            state = state._replace(filter=inner.filter_state_)  # moved with the estimator if the device changed
+            # moved with the estimator if the device changed
+            state = state._replace(filter=inner.filter_state_, run_lengths=state.run_lengths.to(cfg["device"]))
         parts = inner._engine_parts()
         prior = FilterState(self._prior_belief(parts), prior_noise, 0)
         Xt, Yt = inner._tensor(X), inner._tensor(inner._target_matrix(Y))
         wt = None if w is None else inner._tensor(w)
+        bar = progress_bar(self.verbose, Xt.shape[0], type(self).__name__)
         try:
-            state, out = run_runlength(parts, state, prior, Xt, Yt, wt, cfg["batch_size"], record, **options)
+            state, out = run_runlength(parts, state, prior, Xt, Yt, wt, cfg["batch_size"], record,
+                                       pass_progress(bar), **options)
         except BaseException as exc:
             good = getattr(exc, "last_good_state", None)
             if good is not None and isinstance(exc, FilterStepError):
@@ -147,7 +163,15 @@ class _BOCDMeta(FilterMetaEstimator):
             elif not first and good is not None:
                 self._install(base, inner, good, prior_noise)
             raise
+        finally:
+            if bar is not None:
+                bar.close()
         self._install(base, inner, state, prior_noise)
+        # one pass (a run length is a time); scored when the one-step-ahead predictions were made
+        if first or "n_iter_" not in self.__dict__:
+            self.n_iter_, self.loss_curve_ = 0, []
+        self.n_iter_ += 1
+        self.loss_curve_.append(float("nan") if out is None else inner._prequential_loss(out, Yt))
         return out
 
     def _prior_belief(self, parts):
@@ -242,7 +266,12 @@ _COMMON_DOC = """estimator : skfilter ESTIMATOR_KIND, default=None
     evidence : {'weighted', 'plain'}, default='weighted'
         Over a robust base (``WoLF…``): score the hypotheses with the weighted likelihood's
         predictive (``R / W²``), so that outliers the weights discount do not open new regimes;
-        ``'plain'`` scores with ``R`` (the thesis' reading of §4.7.4). The same without weights."""
+        ``'plain'`` scores with ``R`` (the thesis' reading of §4.7.4). The same without weights.
+    warm_start : bool, default=False
+        When True, ``fit`` on a fitted estimator continues the fitted mixture (as ``partial_fit``;
+        ``n_iter_`` and ``loss_curve_`` go on counting); when False, every ``fit`` starts from the prior.
+    verbose : int, default=0
+        Show a progress bar (rows per second) while fitting when > 0."""
 
 _ATTRIBUTES_DOC = """estimator_ : estimator
         The fitted clone of ``estimator``; its filter holds the mixture (its ``module_`` has the
@@ -254,7 +283,15 @@ _ATTRIBUTES_DOC = """estimator_ : estimator
     log_evidence_ : float
     runlength_state_ : skfilter.runlength.RunLengthState
     n_features_in_ : int
-    n_samples_seen_ : int"""
+    n_samples_seen_ : int
+    n_iter_ : int
+        Passes over the data made on the current stream: one per ``fit`` (counted from 0 again
+        unless ``warm_start``), ``partial_fit`` or ``prequential_fit_predict`` call.
+    loss_curve_ : list of float
+        One entry per pass: the mean prequential loss of the mixture's one-step-ahead predictive
+        (regressors: Gaussian negative log predictive density; classifiers: log loss), scored for
+        ``prequential_fit_predict``; NaN for ``fit`` and ``partial_fit`` (one pass, as the base
+        filters' single-pass ``fit``)."""
 
 
 class BOCDRegressor(RegressorMixin, PredictingRegressorMixin, _BOCDMeta):

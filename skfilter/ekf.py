@@ -10,6 +10,8 @@ The posterior structure is chosen by ``covariance`` (Chang, Jones & Murphy 2022,
 
 from __future__ import annotations
 
+from sklearn.utils._param_validation import StrOptions
+
 from ._classification import FilterClassifierMixin
 from ._estimator import BaseFilter
 from ._regression import FilterRegressorMixin
@@ -23,11 +25,14 @@ class _EKFStructure:
 
     _structure_structural_params = ("covariance", "vd_mean")
 
+    #: scikit-learn's constraints of the EKF parameters (merged by the concrete estimators)
+    _structure_parameter_constraints = {
+        "covariance": [StrOptions(set(_COVARIANCES))],
+        "vd_mean": [StrOptions({"paper", "exact"})],
+    }
+
     def _check_structure_params(self):
-        if self.covariance not in _COVARIANCES:
-            raise ValueError(f"covariance must be one of {_COVARIANCES}, got {self.covariance!r}.")
-        if self.vd_mean not in ("paper", "exact"):
-            raise ValueError(f"vd_mean must be 'paper' or 'exact', got {self.vd_mean!r}.")
+        """Nothing beyond the constraint pass."""
         return {}
 
     def _make_structure(self, cfg):
@@ -181,6 +186,10 @@ class EKFRegressor(_EKFStructure, FilterRegressorMixin, BaseFilter):
                  verbose=0, warm_start=False, **module_kwargs):
         self._store_init_params(locals())
 
+    _parameter_constraints = {**BaseFilter._parameter_constraints,
+                              **FilterRegressorMixin._target_parameter_constraints,
+                              **_EKFStructure._structure_parameter_constraints}
+
 
 class EKFClassifier(_EKFStructure, FilterClassifierMixin, BaseFilter):
     """Neural-network classification by an extended Kalman filter over the weights.
@@ -303,3 +312,7 @@ class EKFClassifier(_EKFStructure, FilterClassifierMixin, BaseFilter):
                  shuffle=False, batch_size=1, predictive="probit", n_mc_samples=100, random_state=None,
                  device="cpu", dtype=None, verbose=0, warm_start=False, **module_kwargs):
         self._store_init_params(locals())
+
+    _parameter_constraints = {**BaseFilter._parameter_constraints,
+                              **FilterClassifierMixin._target_parameter_constraints,
+                              **_EKFStructure._structure_parameter_constraints}

@@ -7,11 +7,14 @@ parameters ``P``, ``O(P (L + C)²)``, no learning rate.
 
 from __future__ import annotations
 
+from numbers import Integral, Real
+
+from sklearn.utils._param_validation import Interval, StrOptions
+
 from ._classification import FilterClassifierMixin
 from ._estimator import BaseFilter
-from ._validation import check_int
 from ._regression import FilterRegressorMixin
-from ._utils import check_scalar
+from ._validation import raise_invalid_parameter
 from .dynamics import INFLATIONS, Dynamics
 from .posteriors import LowRankPrecision
 from .posteriors.lofi import SVD_METHODS, VARIANTS
@@ -20,22 +23,25 @@ from .posteriors.lofi import SVD_METHODS, VARIANTS
 class _LoFiStructure:
     """The LoFi posterior structure (LoFi paper §3)."""
 
+    #: scikit-learn's constraints of the LoFi parameters (merged by the concrete estimators)
+    _structure_parameter_constraints = {
+        "rank": [Interval(Integral, 0, None, closed="left")],
+        "variant": [StrOptions(set(VARIANTS))],
+        "inflation": [None, StrOptions({i for i in INFLATIONS if i is not None})],
+        "inflation_factor": [Interval(Real, 0, None, closed="left")],
+        "svd": [StrOptions(set(SVD_METHODS))],
+        "steady_state": ["boolean"],
+    }
+
     def _check_structure_params(self):
-        rank = check_int(self.rank, "rank", 0)
-        if self.variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}.")
-        if self.inflation not in INFLATIONS:
-            raise ValueError(f"inflation must be one of {INFLATIONS}, got {self.inflation!r}.")
-        alpha = check_scalar(self.inflation_factor, "inflation_factor", low=0.0)
-        if self.svd not in SVD_METHODS:
-            raise ValueError(f"svd must be one of {SVD_METHODS}, got {self.svd!r}.")
+        """After the constraint pass: the options that need ``variant='spherical'``."""
         if self.svd == "orth" and self.variant != "spherical":
-            raise ValueError("svd='orth' (orthogonal-projection SVD) needs variant='spherical'.")
-        if not isinstance(self.steady_state, bool):
-            raise ValueError(f"steady_state must be a bool, got {self.steady_state!r}.")
+            raise_invalid_parameter(self, "svd", "'full' unless variant='spherical' (svd='orth', the "
+                                    "orthogonal-projection SVD, needs variant='spherical')", self.svd)
         if self.steady_state and self.variant != "spherical":
-            raise ValueError("steady_state=True applies to variant='spherical' only.")
-        return {"rank": rank, "inflation_factor": alpha}
+            raise_invalid_parameter(self, "steady_state", "False unless variant='spherical' (steady_state=True "
+                                    "applies to variant='spherical' only)", self.steady_state)
+        return {"rank": int(self.rank), "inflation_factor": float(self.inflation_factor)}
 
     _structure_structural_params = ("rank", "variant", "svd")
 
@@ -197,6 +203,10 @@ class LoFiRegressor(_LoFiStructure, FilterRegressorMixin, BaseFilter):
                  random_state=None, device="cpu", dtype=None, verbose=0, warm_start=False, **module_kwargs):
         self._store_init_params(locals())
 
+    _parameter_constraints = {**BaseFilter._parameter_constraints,
+                              **FilterRegressorMixin._target_parameter_constraints,
+                              **_LoFiStructure._structure_parameter_constraints}
+
 
 class LoFiClassifier(_LoFiStructure, FilterClassifierMixin, BaseFilter):
     """Neural-network classification by LoFi, the low-rank extended Kalman filter.
@@ -324,3 +334,7 @@ class LoFiClassifier(_LoFiStructure, FilterClassifierMixin, BaseFilter):
                  predictive="probit", n_mc_samples=100, random_state=None, device="cpu", dtype=None,
                  verbose=0, warm_start=False, **module_kwargs):
         self._store_init_params(locals())
+
+    _parameter_constraints = {**BaseFilter._parameter_constraints,
+                              **FilterClassifierMixin._target_parameter_constraints,
+                              **_LoFiStructure._structure_parameter_constraints}

@@ -1,10 +1,27 @@
-"""Prequential (one-step-ahead) evaluation of filter estimators."""
+"""Model selection for streams: prequential (one-step-ahead) evaluation of filter estimators, and
+:class:`StreamPrefixEstimator`, the resource of a successive-halving search that keeps time order."""
 
 from __future__ import annotations
 
+from numbers import Integral
+
 import numpy as np
+from scipy.sparse import issparse
+from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone
+from sklearn.utils import get_tags
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions, validate_params
+from sklearn.utils.metaestimators import available_if
+from sklearn.utils.validation import check_consistent_length, check_is_fitted
+
+from ._validation import check_parameter_constraints
+
+__all__ = ["prequential_predict", "prequential_score", "metric_function", "needs_std", "scoring_items",
+           "StreamPrefixEstimator"]
 
 
+@validate_params({"return_std": ["boolean"],
+                  "method": [StrOptions({"predict", "predict_proba", "predict_log_proba"})]},
+                 prefer_skip_nested_validation=False)  # the estimator's own validation runs
 def prequential_predict(estimator, X, y, *, return_std=False, method="predict", sample_weight=None,
                         classes=None):
     """One-step-ahead predictions over a stream, each made before its row is learned.
@@ -461,3 +478,228 @@ def prequential_score(estimator, X, y, *, scoring=None, sample_weight=None, clas
             std = None if std is None else std[keep]
     fns = [(n, s if callable(s) else _regression_metric(s)) for n, s in items]
     return {n: float(f(y_true, mean, std)) for n, f in fns}
+
+
+# -- successive halving in time order ---------------------------------------------------------------
+def _estimator_has(name):
+    """For :func:`~sklearn.utils.metaestimators.available_if`: the (fitted or template) estimator has
+    the method ``name``."""
+    def check(self):
+        return hasattr(getattr(self, "estimator_", self.estimator), name)
+
+    return check
+
+
+class StreamPrefixEstimator(MetaEstimatorMixin, BaseEstimator):
+    """Fit an estimator on the first ``max_rows`` rows of the stream, in row order.
+
+    The resource of a successive-halving search that keeps time order: scikit-learn's
+    :class:`~sklearn.model_selection.HalvingGridSearchCV` with ``resource='n_samples'`` (its default)
+    gives each candidate a **random** subsample of its training rows — a filter then learns a
+    shuffled stream, from which it cannot learn what the order holds (drift, regimes) and with which
+    it is compared to nothing it will meet. With ``resource='max_rows'`` the search sets this
+    parameter instead: every candidate learns the first ``max_rows`` rows of its training fold, a
+    time-ordered prefix, and the surviving candidates of each round get longer prefixes of the same
+    stream. Use it with a :class:`~sklearn.model_selection.TimeSeriesSplit`, whose training folds
+    are prefixes of the stream and whose validation rows follow them. The search's refit keeps the
+    last round's ``max_rows`` (it is one of ``best_params_``): set it to ``None`` and fit again to
+    learn the whole stream.
+
+    Parameters
+    ----------
+    estimator : estimator
+        The estimator to fit (a skfilter filter, wrapper or :class:`~skfilter.PartialPipeline`, or
+        any estimator); cloned by :meth:`fit`. Its parameters are ``estimator__<name>``.
+    max_rows : int or None, default=None
+        The number of leading rows ``fit`` learns (``None``: all of them; fewer rows than this:
+        all of them).
+
+    Attributes
+    ----------
+    estimator_ : estimator
+        The clone fitted on the prefix.
+    n_rows_ : int
+        The number of rows it learned.
+    n_features_in_ : int
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.experimental import enable_halving_search_cv  # noqa: F401
+    >>> from sklearn.model_selection import HalvingGridSearchCV, TimeSeriesSplit
+    >>> from skfilter import EKFRegressor
+    >>> from skfilter.model_selection import StreamPrefixEstimator
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(400, 2)); y = X[:, 0] - X[:, 1] + 0.1 * rng.normal(size=400)
+    >>> search = HalvingGridSearchCV(
+    ...     StreamPrefixEstimator(EKFRegressor(hidden_layer_sizes=(), random_state=0)),
+    ...     {"estimator__obs_variance": [1e-3, 1e-2, 1e-1, 1.0]}, resource="max_rows",
+    ...     min_resources=50, max_resources=300, factor=2, cv=TimeSeriesSplit(n_splits=3)).fit(X, y)
+    >>> search.n_resources_
+    [50, 100, 200]
+    >>> search.best_estimator_.n_rows_  # the refit keeps the last round's resource
+    200
+    >>> final = search.best_estimator_.set_params(max_rows=None).fit(X, y)  # the whole stream
+    >>> final.n_rows_
+    400
+    """
+
+    _parameter_constraints: dict = {
+        "estimator": [HasMethods(["fit"])],
+        "max_rows": [None, Interval(Integral, 1, None, closed="left")],
+    }
+
+    def __init__(self, estimator, *, max_rows=None):
+        self.estimator = estimator
+        self.max_rows = max_rows
+
+    def fit(self, X, y=None, **fit_params):
+        """Fit a clone of ``estimator`` on the first ``max_rows`` rows of ``(X, y)``, in row order.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Rows in time order.
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs), default=None
+        **fit_params
+            Passed to the estimator's ``fit``; arrays with one entry per row (``sample_weight``)
+            are cut to the same prefix.
+
+        Returns
+        -------
+        self : object
+        """
+        check_parameter_constraints(self)
+        X, y = _rows_of(X), None if y is None else _rows_of(y)
+        if y is not None:
+            check_consistent_length(X, y)
+        n = X.shape[0] if hasattr(X, "shape") else len(X)
+        k = n if self.max_rows is None else min(int(self.max_rows), n)
+        params = {key: (_prefix(v, k) if _is_per_row(v, n) else v) for key, v in fit_params.items()}
+        estimator = clone(self.estimator)
+        estimator.fit(_prefix(X, k), None if y is None else _prefix(y, k), **params)
+        self.estimator_, self.n_rows_ = estimator, k
+        return self
+
+    @property
+    def n_features_in_(self):
+        """Number of features seen by the fitted estimator."""
+        return self.estimator_.n_features_in_
+
+    @property
+    def classes_(self):
+        """The class labels of a fitted classifier."""
+        return self.estimator_.classes_
+
+    @available_if(_estimator_has("predict"))
+    def predict(self, X, **predict_params):
+        """The fitted estimator's ``predict`` (``return_std=True`` and the like pass through).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        **predict_params
+            Passed to the estimator's ``predict``.
+
+        Returns
+        -------
+        y_pred : ndarray, or what the estimator returns (e.g. ``(mean, std)``)
+        """
+        check_is_fitted(self)
+        return self.estimator_.predict(X, **predict_params)
+
+    @available_if(_estimator_has("predict_proba"))
+    def predict_proba(self, X):
+        """The fitted classifier's class probabilities.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        proba : ndarray of shape (n_samples, n_classes)
+        """
+        check_is_fitted(self)
+        return self.estimator_.predict_proba(X)
+
+    @available_if(_estimator_has("predict_log_proba"))
+    def predict_log_proba(self, X):
+        """The fitted classifier's log class probabilities.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        log_proba : ndarray of shape (n_samples, n_classes)
+        """
+        check_is_fitted(self)
+        return self.estimator_.predict_log_proba(X)
+
+    @available_if(_estimator_has("sample_y"))
+    def sample_y(self, X, n_samples=1, random_state=None):
+        """Draws from the fitted regressor's predictive distribution.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples_X, n_features)
+        n_samples : int, default=1
+        random_state : int, RandomState instance or None, default=None
+
+        Returns
+        -------
+        y_samples : ndarray
+        """
+        check_is_fitted(self)
+        return self.estimator_.sample_y(X, n_samples=n_samples, random_state=random_state)
+
+    @available_if(_estimator_has("score"))
+    def score(self, X, y, sample_weight=None):
+        """The fitted estimator's ``score`` (R² for regressors, accuracy for classifiers).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+        sample_weight : array-like of shape (n_samples,), default=None
+
+        Returns
+        -------
+        score : float
+        """
+        check_is_fitted(self)
+        kwargs = {} if sample_weight is None else {"sample_weight": sample_weight}
+        return self.estimator_.score(X, y, **kwargs)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        base = get_tags(self.estimator)
+        tags.estimator_type = base.estimator_type
+        tags.input_tags = base.input_tags
+        tags.target_tags = base.target_tags
+        tags.classifier_tags = base.classifier_tags
+        tags.regressor_tags = base.regressor_tags
+        tags.non_deterministic = base.non_deterministic
+        return tags
+
+
+def _is_per_row(value, n) -> bool:
+    """Whether a fit parameter holds one entry per row (and is cut with them)."""
+    return hasattr(value, "__len__") and not isinstance(value, (str, dict)) and len(value) == n
+
+
+def _rows_of(a):
+    """``a`` as given if it is an array, a DataFrame/Series or a list or tuple of rows, else as a
+    NumPy array (any other array-like)."""
+    return a if hasattr(a, "shape") or isinstance(a, (list, tuple)) else np.asarray(a)
+
+
+def _prefix(a, k):
+    """The first ``k`` rows of an array, sparse matrix, DataFrame, Series or list (see :func:`_rows_of`)."""
+    if hasattr(a, "iloc"):
+        return a.iloc[:k]
+    if issparse(a):
+        return a.tocsr()[:k]
+    return _rows_of(a)[:k]

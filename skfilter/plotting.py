@@ -18,10 +18,10 @@ returns the :class:`~matplotlib.axes.Axes`, and never calls ``plt.show()``. The 
 
 from __future__ import annotations
 
-import math
-import numbers
+from numbers import Integral, Real
 
 import numpy as np
+from sklearn.utils._param_validation import Interval, validate_params
 from sklearn.utils.validation import check_array, check_consistent_length
 
 __all__ = ["plot_predictive_band", "plot_prequential", "plot_run_length", "plot_reliability", "plot_coverage"]
@@ -50,18 +50,6 @@ def _get_axes(ax):
     return ax
 
 
-def _check_positive(value, name):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (0 < value < math.inf):
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}.")
-    return float(value)
-
-
-def _check_int(value, name, minimum=1):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
-    return int(value)
-
-
 def _single_output(a, name):
     """``a`` as a 1-d float array; a 2-d array of one column is flattened, more columns are refused."""
     a = check_array(a, ensure_2d=False, dtype=np.float64, input_name=name)
@@ -73,6 +61,8 @@ def _single_output(a, name):
 
 
 # -- predictive band ------------------------------------------------------------------------------
+@validate_params({"k": [Interval(Real, 0, None, closed="neither")],
+                  "feature": [Interval(Integral, 0, None, closed="left")]}, prefer_skip_nested_validation=True)
 def plot_predictive_band(estimator, X, y=None, *, k=2.0, feature=0, ax=None):
     r"""Predictive mean and a ``mean ± k·std`` band of a fitted regressor along one input feature.
 
@@ -126,7 +116,7 @@ def plot_predictive_band(estimator, X, y=None, *, k=2.0, feature=0, ax=None):
     (1, 2)
     """
     _require_matplotlib()
-    k = _check_positive(k, "k")
+    k = float(k)
     X_given = X
     X_arr = check_array(X, ensure_2d=False, dtype=None, input_name="X")
     if X_arr.ndim == 1:
@@ -134,7 +124,7 @@ def plot_predictive_band(estimator, X, y=None, *, k=2.0, feature=0, ax=None):
         X_given = X_arr
     if X_arr.ndim != 2:
         raise ValueError(f"X must be 1-d or 2-d, got shape {X_arr.shape}.")
-    feature = _check_int(feature, "feature", minimum=0)
+    feature = int(feature)
     if feature >= X_arr.shape[1]:
         raise ValueError(f"feature={feature} but X has {X_arr.shape[1]} feature(s).")
     if y is not None:
@@ -192,6 +182,8 @@ def _metric_kind(metrics, y_true, y_pred, std):
     return std is None and np.ndim(y_true) == 1 and np.ndim(y_pred) == 2 and np.shape(y_pred)[1] >= 2
 
 
+@validate_params({"window": [None, Interval(Integral, 1, None, closed="left")],
+                  "max_points": [Interval(Integral, 2, None, closed="left")]}, prefer_skip_nested_validation=True)
 def plot_prequential(y_true, y_pred, *, std=None, metrics=None, window=None, labels=None, max_points=500,
                      ax=None):
     r"""Running prequential metrics of one-step-ahead predictions over a stream.
@@ -269,9 +261,9 @@ def plot_prequential(y_true, y_pred, *, std=None, metrics=None, window=None, lab
     from .model_selection import metric_function, needs_std, scoring_items
 
     _require_matplotlib()
-    max_points = _check_int(max_points, "max_points", minimum=2)
+    max_points = int(max_points)
     if window is not None:
-        window = _check_int(window, "window")
+        window = int(window)
     classifier = _metric_kind(metrics, y_true, y_pred, std)
     if metrics is None and not classifier:
         metrics = ("rmse",) if std is None else ("rmse", "nlpd", "coverage")
@@ -335,6 +327,8 @@ def plot_prequential(y_true, y_pred, *, std=None, metrics=None, window=None, lab
 
 
 # -- run-length posterior ----------------------------------------------------------------------------
+@validate_params({"log": ["boolean"], "log_floor": [Interval(Real, 0, None, closed="neither")],
+                  "colorbar": ["boolean"]}, prefer_skip_nested_validation=True)
 def plot_run_length(posterior, *, log=True, log_floor=1e-6, colorbar=True, ax=None):
     r"""Heat map of a run-length posterior over a stream, with the most probable run length.
 
@@ -409,7 +403,7 @@ def plot_run_length(posterior, *, log=True, log_floor=1e-6, colorbar=True, ax=No
     sums = post.sum(axis=1)
     if np.any(sums > 1.0 + 1e-4) or np.any(sums <= 0):
         raise ValueError("Each row of posterior must hold probabilities summing to at most one (and more than 0).")
-    log_floor = _check_positive(log_floor, "log_floor")
+    log_floor = float(log_floor)
     if log and log_floor >= 1:
         raise ValueError(f"log_floor must be below 1, got {log_floor!r}.")
 
@@ -435,6 +429,7 @@ def plot_run_length(posterior, *, log=True, log_floor=1e-6, colorbar=True, ax=No
 
 
 # -- classifier calibration ------------------------------------------------------------------------
+@validate_params({"n_bins": [Interval(Integral, 1, None, closed="left")]}, prefer_skip_nested_validation=True)
 def plot_reliability(y_true, proba, *, n_bins=10, labels=None, ax=None):
     r"""Reliability diagram: predicted probability against observed frequency.
 
@@ -489,7 +484,7 @@ def plot_reliability(y_true, proba, *, n_bins=10, labels=None, ax=None):
     from .metrics import check_probabilities, expected_calibration_error
 
     _require_matplotlib()
-    n_bins = _check_int(n_bins, "n_bins")
+    n_bins = int(n_bins)
     y_arr = np.asarray(y_true)
     if y_arr.ndim == 2 and y_arr.shape[1] == 1:
         y_arr = y_arr[:, 0]

@@ -23,12 +23,15 @@ Huber) it is bounded.
 from __future__ import annotations
 
 import operator
+from numbers import Real
 
 import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 
 from ._meta import FilterMetaEstimator, PredictingClassifierMixin, PredictingRegressorMixin, is_filter
 from ._utils import check_fitted, is_frozen, memo_for
+from ._validation import ValidatedParamsMixin, check_parameter_constraints
 from .exceptions import FilterStepError
 from .priors import target_scale
 from .weighting import WEIGHTINGS, WeightingFunction, make_weighting
@@ -53,8 +56,23 @@ AUTO_THRESHOLDS = {"imq": 1.0, "md": 4.0, "tmd": 16.0, "huber": 4.0, "predictive
 AUTO_CLASSIFIER_THRESHOLD = 2.0
 
 
-class _WoLFMeta(FilterMetaEstimator):
+class _WoLFMeta(ValidatedParamsMixin, FilterMetaEstimator):
     """Shared machinery of the WoLF meta-estimators (module docstring)."""
+
+    #: scikit-learn's constraints of the parameters both WoLF estimators have
+    _parameter_constraints: dict = {
+        "estimator": [None, HasMethods(["fit", "partial_fit"])],
+        "weighting": [StrOptions(set(WEIGHTINGS)), WeightingFunction, callable],
+        "threshold": [StrOptions({"auto"}), Interval(Real, 0, None, closed="neither")],
+        "warm_start": ["boolean"],
+        "verbose": ["verbose"],
+    }
+    #: the base estimator's own parameters are checked by its ``fit``; here only its methods
+    _type_checked_params = ("estimator",)
+
+    def _resolve_params(self) -> dict:
+        check_parameter_constraints(self)
+        return {"warm_start": bool(self.warm_start)}
 
     def _new_base(self):
         """A clone of the base filter. With ``robust_noise``, a regressor whose noise estimate is
@@ -104,13 +122,8 @@ class _WoLFMeta(FilterMetaEstimator):
         call's target standard deviation ``target_scale``)."""
         if not isinstance(self.weighting, str):
             return make_weighting(self.weighting)
-        if self.weighting not in WEIGHTINGS:
-            raise ValueError(f"weighting must be one of {WEIGHTINGS}, a WeightingFunction or a callable, "
-                             f"got {self.weighting!r}.")
         threshold = self.threshold
-        if isinstance(threshold, str):
-            if threshold != "auto":
-                raise ValueError(f"threshold must be 'auto' or a positive number, got {threshold!r}.")
+        if isinstance(threshold, str):  # 'auto' (the constraint pass rejected anything else)
             threshold = AUTO_THRESHOLDS[self.weighting]
             if self.weighting == "imq" and self._kind == "regressor":
                 threshold *= target_scale
@@ -137,6 +150,7 @@ class _WoLFMeta(FilterMetaEstimator):
     def _prepare(self, first, y, sample_weight, classes=None):
         """``(base, scale, weighting, previous)``: the filter for this call (a new clone when
         ``first``) with the weighting of the current parameters installed, and the weighting it had."""
+        self._check_params()
         if first:
             base = self._new_base()
             scale = self._target_scale(y, sample_weight, classes)
@@ -144,9 +158,10 @@ class _WoLFMeta(FilterMetaEstimator):
             check_fitted(self, "estimator_", named=True)
             self._check_structure_unchanged()
             base, scale = self.estimator_, self.target_scale_
-        weighting = self._weighting_for(scale)  # raises on a bad weighting/threshold
+        weighting = self._weighting_for(scale)
         previous = getattr(self, "weighting_", None)
         base._set_weighting(weighting)
+        base._set_progress(self.verbose, type(self).__name__)
         return base, scale, weighting, previous
 
     def _filter_for(self, first, y, sample_weight):
@@ -178,9 +193,25 @@ class _WoLFMeta(FilterMetaEstimator):
         self.weighting_ = weighting
         self._record_structure()
 
+    # -- the conventions of the base estimators ------------------------------------------------
+    @property
+    def n_iter_(self):
+        """Passes over the data made on the current stream (the base filter's ``n_iter_``)."""
+        check_fitted(self, "estimator_", named=True)
+        return self.estimator_.n_iter_
+
+    @property
+    def loss_curve_(self):
+        """The mean prequential loss of every pass (the base filter's ``loss_curve_``: scored for a
+        multi-pass ``fit`` and ``prequential_fit_predict``, NaN for the other passes)."""
+        check_fitted(self, "estimator_", named=True)
+        return self.estimator_.loss_curve_
+
     # -- fitting ------------------------------------------------------------------------------
     def fit(self, X, y, sample_weight=None):
-        """Fit a clone of the base estimator from its prior with the robust weighting.
+        """Fit a clone of the base estimator from its prior with the robust weighting (with
+        ``warm_start=True`` and a fitted estimator: continue the fitted clone's belief with the
+        base's ``n_epochs`` passes).
 
         Parameters
         ----------
@@ -194,7 +225,8 @@ class _WoLFMeta(FilterMetaEstimator):
         -------
         self : object
         """
-        self._run("fit", X, y, sample_weight, first=True)
+        warm = self._check_params()["warm_start"] and hasattr(self, "estimator_")
+        self._run("_fit_passes", X, y, sample_weight, first=not warm, reset=not warm)
         return self
 
 
@@ -231,6 +263,7 @@ class WoLFRegressor(RegressorMixin, PredictingRegressorMixin, _WoLFMeta):
         0.06 against 0.28–0.40 for ``'md'``, while costing IMQ and Huber (0.07–0.11 against
         0.05–0.07; tests/test_wolf.py). With ``False`` and a very large ``threshold`` WoLF is the
         base filter exactly. Other ``obs_variance`` values are left as they are.
+    {conventions_doc}
 
     Attributes
     ----------
@@ -243,6 +276,8 @@ class WoLFRegressor(RegressorMixin, PredictingRegressorMixin, _WoLFMeta):
     n_features_in_ : int
     posterior_ : skfilter.posteriors.Posterior
     n_samples_seen_ : int
+    n_iter_ : int
+    loss_curve_ : list of float
 
     See Also
     --------
@@ -272,11 +307,16 @@ class WoLFRegressor(RegressorMixin, PredictingRegressorMixin, _WoLFMeta):
     _kind = "regressor"
     _structural_params = ("robust_noise",)  # it set the clone's obs_variance
 
-    def __init__(self, estimator=None, *, weighting="imq", threshold="auto", robust_noise=False):
+    def __init__(self, estimator=None, *, weighting="imq", threshold="auto", robust_noise=False, warm_start=False,
+                 verbose=0):
         self.estimator = estimator
         self.weighting = weighting
         self.threshold = threshold
         self.robust_noise = robust_noise
+        self.warm_start = warm_start
+        self.verbose = verbose
+
+    _parameter_constraints = {**_WoLFMeta._parameter_constraints, "robust_noise": ["boolean"]}
 
     def _default_estimator(self):
         from .lofi import LoFiRegressor
@@ -348,6 +388,7 @@ class WoLFClassifier(ClassifierMixin, PredictingClassifierMixin, _WoLFMeta):
     estimator : skfilter classifier, default=None
         The base filter, cloned by :meth:`fit`. ``None``: ``LoFiClassifier()``.
     {weighting_doc}
+    {conventions_doc}
 
     Attributes
     ----------
@@ -361,6 +402,8 @@ class WoLFClassifier(ClassifierMixin, PredictingClassifierMixin, _WoLFMeta):
     n_features_in_ : int
     posterior_ : skfilter.posteriors.Posterior
     n_samples_seen_ : int
+    n_iter_ : int
+    loss_curve_ : list of float
 
     See Also
     --------
@@ -380,10 +423,12 @@ class WoLFClassifier(ClassifierMixin, PredictingClassifierMixin, _WoLFMeta):
 
     _kind = "classifier"
 
-    def __init__(self, estimator=None, *, weighting="predictive-md", threshold="auto"):
+    def __init__(self, estimator=None, *, weighting="predictive-md", threshold="auto", warm_start=False, verbose=0):
         self.estimator = estimator
         self.weighting = weighting
         self.threshold = threshold
+        self.warm_start = warm_start
+        self.verbose = verbose
 
     def _default_estimator(self):
         from .lofi import LoFiClassifier
@@ -429,6 +474,16 @@ class WoLFClassifier(ClassifierMixin, PredictingClassifierMixin, _WoLFMeta):
         return self._run("prequential_fit_predict", X, y, sample_weight, first=True, return_std=return_std,
                          method=method, classes=classes)
 
+
+_CONVENTIONS_DOC = """warm_start : bool, default=False
+        When True, ``fit`` on a fitted estimator continues the fitted clone's belief (the base's
+        ``n_epochs`` passes; ``n_iter_`` and ``loss_curve_`` go on counting); when False, every
+        ``fit`` starts a new clone from the prior.
+    verbose : int, default=0
+        Show a progress bar (rows per second) while fitting when > 0."""
+
+for _cls in (WoLFRegressor, WoLFClassifier):
+    _cls.__doc__ = _cls.__doc__.replace("{conventions_doc}", _CONVENTIONS_DOC)
 
 WoLFRegressor.__doc__ = WoLFRegressor.__doc__.replace(
     "{weighting_doc}", _WEIGHTING_DOC.replace("DEFAULT", "'imq'").replace(

@@ -111,7 +111,7 @@ def test_predictive_band_on_given_axes_without_y_and_other_feature(sine):
 @pytest.mark.parametrize("kwargs, message", [
     ({"y": np.zeros(7)}, "inconsistent numbers of samples"),
     ({"y": "2d"}, "single output"),
-    ({"k": 0.0}, "k must be"),
+    ({"k": 0.0}, "'k' parameter"),
     ({"feature": 3}, "feature=3"),
 ])
 def test_predictive_band_bad_input(sine, kwargs, message):
@@ -166,7 +166,7 @@ def test_prequential_classification(class_stream, tmp_path):
     ("needs_std", "need the predictive std"),
     ("unknown", "Unknown prequential metric"),
     ("mixed", "mixes regression and classification"),
-    ("window", "window must be"),
+    ("window", "'window' parameter"),
     ("proba_sum", "sum to 1"),
     ("proba_length", "inconsistent numbers of samples"),
 ])
@@ -244,7 +244,7 @@ def test_reliability_multiclass(class_stream, tmp_path):
     ("sum", "sum to 1"),
     ("range", r"\[0, 1\]"),
     ("length", "inconsistent numbers of samples"),
-    ("n_bins", "n_bins must be"),
+    ("n_bins", "'n_bins' parameter"),
 ])
 def test_reliability_bad_input(case, message):
     y = np.array([0, 1, 1, 0])

@@ -459,10 +459,12 @@ def test_default_base_estimators_learn_raw_data():
 def test_wrong_estimator_kind_is_a_type_error():
     with pytest.raises(TypeError, match="regressor"):
         WoLFRegressor(EKFClassifier()).fit(np.zeros((3, 2)), [0, 1, 0])
-    from sklearn.linear_model import Ridge
+    from sklearn.linear_model import Ridge, SGDRegressor
 
-    with pytest.raises(TypeError, match="skfilter filter"):
+    with pytest.raises(TypeError, match="'estimator' parameter.*'partial_fit'"):  # no partial_fit
         WoLFRegressor(Ridge()).fit(np.zeros((3, 2)), [0.0, 1.0, 0.0])
+    with pytest.raises(TypeError, match="skfilter filter"):
+        WoLFRegressor(SGDRegressor()).fit(np.zeros((3, 2)), [0.0, 1.0, 0.0])
 
 
 @parametrize_with_checks([WoLFRegressor(EKFRegressor(hidden_layer_sizes=(5,), random_state=0)),
