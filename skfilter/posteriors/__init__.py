@@ -14,16 +14,21 @@ structure                  belief                 spec
 :class:`DiagonalCovariance` :class:`DiagonalBelief` spec/diagonal-ekf.md §3.2–3.3 (FD/VD-EKF)
 :class:`LowRankPrecision`  :class:`LowRankBelief` spec/lofi.md §2 (LoFi)
 :class:`BlockDiagonal`     :class:`BlockBelief`   one structure per parameter block (DEKF-style)
+:class:`FactoredCovariance` :class:`FactoredBelief` spec/hilofi.md §2.3–2.5 (LRKF, HiLoFi, LoLoFi):
+                                                  blocks of :class:`CholeskyFactor` /
+                                                  :class:`LowRankFactor` square-root factors
 =========================  =====================  ============================================
 """
 
 from ._base import Posterior, Structure, UpdateInfo, map_belief, select_hypothesis, stack_beliefs, stiffness_limit
 from .blocks import BlockBelief, BlockDiagonal
 from .diagonal import DiagonalBelief, DiagonalCovariance
+from .factored import CholeskyFactor, FactoredBelief, FactoredCovariance, LowRankFactor
 from .full import FullBelief, FullCovariance
 from .lofi import LowRankBelief, LowRankPrecision
 
 __all__ = ["Posterior", "Structure", "UpdateInfo", "map_belief", "select_hypothesis", "stack_beliefs",
            "stiffness_limit",
            "FullCovariance", "FullBelief", "DiagonalCovariance", "DiagonalBelief",
-           "LowRankPrecision", "LowRankBelief", "BlockDiagonal", "BlockBelief"]
+           "LowRankPrecision", "LowRankBelief", "BlockDiagonal", "BlockBelief",
+           "FactoredCovariance", "FactoredBelief", "CholeskyFactor", "LowRankFactor"]
