@@ -579,3 +579,45 @@ def test_stiff_rows_never_make_a_predictive_variance_grow(config):
         after = structure.quadratic_diagonal(belief, probes)
         assert torch.isfinite(belief.mean).all() and torch.isfinite(info.log_det).all()
         assert bool((after <= before * (1 + 1e-9) + 1e-15).all())
+
+
+@PROPERTY
+@given(seed=st.integers(0, 2 ** 31 - 1), m=st.integers(1, 3), rank=st.integers(1, 6),
+       q=st.sampled_from([0.0, 0.01, 0.3]))
+def test_lrkf_covariance_error_is_within_prop_f3(seed, m, rank, q):
+    """Prop. F.3 (fact 12): ‖Σ_EKF − CᵀC‖_F ≤ q (2‖KH‖_F + ‖KH‖_F²) + √(Σ_{k>d} λ_k²), λ the eigenvalues of
+    the surrogate (I − KH) CᵀC (I − KH)ᵀ + KKᵀ + qI, Σ_EKF the Joseph form of the predicted CᵀC + qI."""
+    structure = FactoredCovariance.lrkf(rank)
+    belief = structure.transition(_random_belief(structure, seed), 1.0, q, None)
+    g = _gen(seed + 11)
+    Hw, ew = torch.randn(m, P, generator=g, dtype=F64), torch.randn(m, generator=g, dtype=F64)
+    post, _ = structure.update(belief, Hw, ew)
+    C = belief.factors[0]
+    predicted = structure.covariance(belief)
+    S = torch.eye(m, dtype=F64) + Hw @ predicted @ Hw.T
+    K = predicted @ Hw.T @ torch.linalg.inv(S)
+    A = torch.eye(P, dtype=F64) - K @ Hw
+    exact = A @ predicted @ A.T + K @ K.T
+    surrogate = A @ _gram(C) @ A.T + K @ K.T + q * torch.eye(P, dtype=F64)
+    lam = torch.linalg.eigvalsh(surrogate).flip(0)
+    kh = torch.linalg.norm(K @ Hw)
+    bound = q * (2 * kh + kh ** 2) + lam[rank:].square().sum().sqrt()
+    assert float(torch.linalg.norm(exact - _gram(post.factors[0]))) <= float(bound) * (1 + 1e-9) + 1e-12
+
+
+def test_a_zero_factor_gains_only_the_directions_the_rows_support():
+    """P19: C_0 = 0 with q > 0 and d < D: P_{d,+q} keeps the m observed directions (σ² + q) and puts no q
+    on arbitrary null-space directions (those rows stay zero); the mean moves by the q-gain."""
+    structure = FactoredCovariance.lrkf(3, init="zero")
+    belief = structure.transition(structure.prior(torch.zeros(P, dtype=F64), 1.0), 1.0, 0.5, None)
+    g = _gen(12)
+    Hw, ew = torch.randn(1, P, generator=g, dtype=F64), torch.randn(1, generator=g, dtype=F64)
+    post, info = structure.update(belief, Hw, ew)
+    C = post.factors[0]
+    assert torch.equal(C[1:], torch.zeros(2, P, dtype=F64))
+    h = Hw[0]
+    s = 1.0 + 0.5 * h @ h
+    torch.testing.assert_close(post.mean, 0.5 * h * ew[0] / s)  # K = q hᵀ / S
+    kt = 0.5 * h / s  # the only row of the stack: Kᵀ
+    torch.testing.assert_close(_gram(C), (kt @ kt + 0.5) * torch.outer(kt, kt) / (kt @ kt))
+    torch.testing.assert_close(info.log_det, torch.log(s))
