@@ -2,6 +2,10 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# PyTorch's own wheel index for torch: the CPU build by default, so that a machine without a GPU never
+# downloads the multi-GB CUDA build that PyPI serves on Linux. For an NVIDIA GPU:
+#   make install TORCH_INDEX=https://download.pytorch.org/whl/cu128
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 DOCS_STAMP := $(VENV)/.installed-docs
 
 .PHONY: test demo install bench docs clean
@@ -9,7 +13,7 @@ DOCS_STAMP := $(VENV)/.installed-docs
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt torch==2.13.0
+	$(PY) -m pip install -q -c constraints.txt torch==2.13.0 --index-url $(TORCH_INDEX)
 	$(PY) -m pip install -q -c constraints.txt -e ".[dev]"
 	$(PY) -m skfilter.kernels
 	touch $(STAMP)
