@@ -13,7 +13,7 @@ DOCS_STAMP := $(VENV)/.installed-docs
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt torch==2.13.0 --index-url $(TORCH_INDEX)
+	$(PY) -m pip install -q -c constraints.txt torch==2.13.0 --index-url $(TORCH_INDEX) --retries 1
 	$(PY) -m pip install -q -c constraints.txt -e ".[dev]"
 	$(PY) -m skfilter.kernels
 	touch $(STAMP)
