@@ -1,0 +1,157 @@
+"""The LRKF, HiLoFi and LoLoFi estimators (Duran-Martin et al. 2025, Alg. 2–4) against closed forms
+and each other, through the estimators (issue 20; spec §4):
+
+* LRKF at full rank with ``q = 0`` is the full EKF over a stream (predictions and covariance);
+* HiLoFi with a zero hidden factor and ``q = 0`` is Bayesian linear regression on the last layer
+  (the closed form on the features of the fixed hidden layers);
+* LoLoFi with a full last-layer rank and ``q_l = 0`` is HiLoFi;
+
+plus the last layer of a custom module, per-block process noise, and errors that leave the estimator
+unchanged.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from skfilter import (EKFClassifier, EKFRegressor, HiLoFiClassifier, HiLoFiRegressor, LoLoFiClassifier,
+                      LoLoFiRegressor, LRKFClassifier, LRKFRegressor)
+
+
+def _stream(n=40, seed=0, classes=None):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 3))
+    score = np.sin(X[:, 0]) + 0.5 * X[:, 1]
+    if classes:
+        return X, np.digitize(score, np.quantile(score, np.linspace(0, 1, classes + 1)[1:-1]))
+    return X, score + 0.1 * rng.normal(size=n)
+
+
+@pytest.mark.parametrize("obs_variance", [0.05, "auto"])
+def test_lrkf_at_full_rank_without_process_noise_is_the_full_ekf(obs_variance):
+    X, y = _stream()
+    common = dict(hidden_layer_sizes=(4,), random_state=0, obs_variance=obs_variance, process_noise=0.0)
+    ekf = EKFRegressor(covariance="full", **common).fit(X, y)
+    lrkf = LRKFRegressor(rank=ekf.n_params_, **common).fit(X, y)
+    for a, b in zip(ekf.predict(X, return_std=True), lrkf.predict(X, return_std=True)):
+        np.testing.assert_allclose(b, a, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(lrkf.posterior_.covariance(), ekf.posterior_.covariance(), rtol=1e-7, atol=1e-10)
+    # a rank-deficient LRKF is not the EKF (the test can fail)
+    low = LRKFRegressor(rank=3, **common).fit(X, y)
+    assert not np.allclose(low.predict(X), ekf.predict(X), atol=1e-4)
+
+
+def test_lrkf_classifier_at_full_rank_is_the_full_ekf():
+    X, y = _stream(classes=3)
+    common = dict(hidden_layer_sizes=(3,), random_state=0, process_noise=0.0)
+    ekf = EKFClassifier(covariance="full", **common).fit(X, y)
+    lrkf = LRKFClassifier(rank=ekf.n_params_ + 2, **common).fit(X, y)
+    np.testing.assert_allclose(lrkf.predict_proba(X), ekf.predict_proba(X), rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(lrkf.posterior_.covariance(), ekf.posterior_.covariance(), rtol=1e-7, atol=1e-10)
+
+
+def test_hilofi_with_a_zero_hidden_factor_is_bayesian_linear_regression_on_the_last_layer():
+    X, y = _stream()
+    v, r = 0.7, 0.05
+    params = dict(hidden_layer_sizes=(6,), hidden_rank=2, init="zero", process_noise=0.0, prior_variance=v,
+                  obs_variance=r, random_state=0)
+    reg = HiLoFiRegressor(**params).fit(X, y)
+    last = slice(reg.n_params_ - 7, reg.n_params_)
+    prior_mean, mean_now = reg._reference.mean.numpy(), reg.posterior_.belief.mean.numpy()
+    np.testing.assert_array_equal(mean_now[:last.start], prior_mean[:last.start])  # the hidden layers never moved
+    with torch.no_grad():
+        Phi = np.hstack([reg.module_[:-1](torch.as_tensor(X)).numpy(), np.ones((len(X), 1))])
+    # the closed form: prior N(w₀, v I), observations N(Φ w, r)
+    cov = np.linalg.inv(np.eye(7) / v + Phi.T @ Phi / r)
+    mean = cov @ (prior_mean[last] / v + Phi.T @ y / r)
+    np.testing.assert_allclose(mean_now[last], mean, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(reg.posterior_.covariance()[last, last], cov, rtol=1e-7, atol=1e-12)
+    # the predictive variance φ(x)ᵀ Σ φ(x) + r
+    _, std = reg.predict(X, return_std=True)
+    np.testing.assert_allclose(std ** 2, np.einsum("np,pq,nq->n", Phi, cov, Phi) + r, rtol=1e-8)
+
+
+@pytest.mark.parametrize("kind", ["regressor", "classifier"])
+def test_lolofi_with_a_full_last_rank_and_no_last_noise_is_hilofi(kind):
+    if kind == "regressor":
+        X, y = _stream()
+        hilofi_cls, lolofi_cls = HiLoFiRegressor, LoLoFiRegressor
+    else:
+        X, y = _stream(classes=3)
+        hilofi_cls, lolofi_cls = HiLoFiClassifier, LoLoFiClassifier
+    common = dict(hidden_layer_sizes=(5,), hidden_rank=3, random_state=0, process_noise=1e-3, last_process_noise=0.0)
+    hi = hilofi_cls(**common).fit(X, y)
+    D_l = hi.posterior_.belief.factors[-1].shape[-1]
+    lo = lolofi_cls(last_rank=D_l, **common).fit(X, y)
+    out = (lambda e: e.predict(X, return_std=True)) if kind == "regressor" else (lambda e: [e.predict_proba(X)])
+    for a, b in zip(out(hi), out(lo)):
+        np.testing.assert_allclose(b, a, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(lo.posterior_.covariance(), hi.posterior_.covariance(), rtol=1e-7, atol=1e-10)
+    # with q_l > 0 they differ (LoLoFi keeps q_l in the last layer's posterior, HiLoFi drops it)
+    lo_q = lolofi_cls(last_rank=D_l, **{**common, "last_process_noise": 1e-2}).fit(X, y)
+    hi_q = hilofi_cls(**{**common, "last_process_noise": 1e-2}).fit(X, y)
+    assert not np.allclose(lo_q.posterior_.covariance(), hi_q.posterior_.covariance(), atol=1e-8)
+
+
+def test_per_block_process_noise_reaches_each_block():
+    X, y = _stream()
+    base = dict(hidden_layer_sizes=(4,), hidden_rank=2, random_state=0, obs_variance=0.1)
+    reg = HiLoFiRegressor(process_noise=0.0, last_process_noise=0.5, **base).fit(X[:5], y[:5])
+    dyn = reg._dynamics
+    q = dyn.process_noise
+    assert isinstance(q, torch.Tensor)
+    last = slice(reg.n_params_ - 5, reg.n_params_)
+    assert torch.all(q[last] == 0.5) and torch.all(q[:reg.n_params_ - 5] == 0.0)
+    same = HiLoFiRegressor(process_noise=0.5, last_process_noise=0.5, **base).fit(X[:5], y[:5])
+    assert same._dynamics.process_noise == 0.5
+
+
+class _Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(3, 4)
+        self.head = nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.body(x)))
+
+
+@pytest.mark.parametrize("cls", [HiLoFiRegressor, LoLoFiRegressor])
+def test_a_custom_module_needs_last_layer_and_then_learns(cls):
+    X, y = _stream()
+    est = cls(module=_Net, hidden_rank=2, random_state=0)
+    with pytest.raises(ValueError, match=r"last_layer=\["):
+        est.fit(X, y)
+    assert not hasattr(est, "filter_state_")
+    est.set_params(last_layer=["head.weight", "bias_typo"])
+    with pytest.raises(ValueError, match="not learned parameters"):
+        est.fit(X, y)
+    assert not hasattr(est, "filter_state_")
+    est.set_params(last_layer=["head.weight", "head.bias"]).fit(X, y)
+    factors = est.posterior_.belief.factors
+    assert factors[0].shape[-1] == 16 and factors[-1].shape[-1] == 5
+    # an nn.Sequential ending in nn.Linear needs none
+    seq = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
+    fitted = cls(module=seq, hidden_rank=2, random_state=0).fit(X, y)
+    assert fitted.posterior_.belief.factors[-1].shape[-1] == 5
+
+
+def test_a_linear_model_has_only_the_last_block():
+    X, y = _stream()
+    reg = HiLoFiRegressor(hidden_layer_sizes=(), random_state=0).fit(X, y)
+    assert len(reg.posterior_.belief.factors) == 1 and reg.posterior_.belief.factors[0].shape == (4, 4)
+
+
+@pytest.mark.parametrize("cls", [LRKFClassifier, HiLoFiClassifier, LoLoFiClassifier])
+def test_moment_matched_classifiers_learn(cls):
+    X, y = _stream(n=200, classes=3)
+    clf = cls(hidden_layer_sizes=(8,), likelihood="moment-matched", random_state=0).fit(X, y)
+    assert clf.score(X, y) > 0.7
+    assert type(clf._likelihood).__name__ == "MomentMatchedCategorical"
+    # changing the likelihood mid-stream is refused
+    clf.set_params(likelihood="categorical")
+    with pytest.raises(ValueError, match="likelihood"):
+        clf.partial_fit(X[:3], y[:3])
