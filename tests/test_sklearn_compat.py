@@ -31,13 +31,13 @@ def _estimators():
         LoFiRegressor(rank=3, **small),
         LoFiRegressor(rank=2, variant="spherical", svd="orth", **small),
         LoFiClassifier(rank=3, **small),
-        LRKFRegressor(rank=5, **small),
-        LRKFClassifier(rank=5, **small),
+        LRKFRegressor(rank=20, **small),
+        LRKFClassifier(rank=20, **small),
         HiLoFiRegressor(hidden_rank=3, **small),
         HiLoFiClassifier(hidden_rank=3, **small),
         HiLoFiClassifier(hidden_rank=3, likelihood="moment-matched", **small),
-        LoLoFiRegressor(hidden_rank=3, last_rank=2, **small),
-        LoLoFiClassifier(hidden_rank=3, last_rank=2, **small),
+        LoLoFiRegressor(hidden_rank=10, last_rank=5, **small),
+        LoLoFiClassifier(hidden_rank=10, last_rank=10, **small),
     ]
 
 
