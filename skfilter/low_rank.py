@@ -269,13 +269,15 @@ _NOISE_DOC = {
     process_noise : float, default={q}
         ``q`` of the random walk ``θ_t = γ θ_{{t−1}} + N(0, q I)``; it also lets the rank-``d``
         factor take in new directions (module docstring). The paper uses ``1e-6`` on standardised
-        data; ``1e-3`` learned far more in one pass on the defaults benchmark.""",
+        data; the defaults (``1e-3`` for regressors, ``1e-2`` for classifiers) learned far more in
+        one pass on the defaults benchmark (``python -m skfilter.benchmarks defaults``).""",
     "two": """\
     process_noise : float, default={q}
         ``q_h`` of the random walk of the hidden weights (and ``q_l`` unless
         ``last_process_noise`` is given); it lets the rank-``d_h`` factor take in new directions
-        (module docstring). The paper uses ``1e-6`` on standardised data; ``1e-3`` learned far more
-        in one pass on the defaults benchmark (``python -m skfilter.benchmarks defaults``).
+        (module docstring). The paper uses ``1e-6`` on standardised data; the defaults (``1e-3`` for
+        regressors, ``1e-2`` for classifiers) learned far more in one pass on the defaults benchmark
+        (``python -m skfilter.benchmarks defaults``).
     last_process_noise : float, default=None
         ``q_l`` of the last layer's random walk; ``None``: ``process_noise``.""",
 }
@@ -382,7 +384,7 @@ class LRKFClassifier(_LRKF, _ClassifierLikelihood, FilterClassifierMixin, BaseFi
 
     The covariance of all the weights is ``CᵀC`` with ``C`` of rank ``d`` (Duran-Martin et al. 2025,
     Alg. 4 / App. F.2). Cost ``O(P (d + C)²)`` per row.""",
-                   "lrkf", "classifier", "(50,)", "0.001", """\
+                   "lrkf", "classifier", "(50,)", "0.01", """\
     >>> import numpy as np
     >>> from skfilter import LRKFClassifier
     >>> rng = np.random.default_rng(0)
@@ -392,7 +394,7 @@ class LRKFClassifier(_LRKF, _ClassifierLikelihood, FilterClassifierMixin, BaseFi
     array([1, 0])""")
 
     def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, rank=50, init="random",
-                 prior_variance="auto", likelihood="categorical", moment_matched_jitter=0.01, process_noise=1e-3,
+                 prior_variance="auto", likelihood="categorical", moment_matched_jitter=0.01, process_noise=1e-2,
                  decay=1.0, n_epochs=1, shuffle=False, batch_size=1, predictive="probit", n_mc_samples=100,
                  random_state=None, device="cpu", dtype=None, verbose=0, warm_start=False, **module_kwargs):
         self._store_init_params(locals())
@@ -438,7 +440,7 @@ class HiLoFiClassifier(_HiLoFi, _ClassifierLikelihood, FilterClassifierMixin, Ba
     (Duran-Martin et al. 2025, Alg. 2). The last layer has ``C (n_hidden + 1)`` weights for ``C``
     logits: its factor costs ``O(D_l³)`` per row, so keep the last hidden layer narrow with many
     classes, or use :class:`LoLoFiClassifier`.""",
-                   "hilofi", "classifier", "(50,)", "0.001", """\
+                   "hilofi", "classifier", "(50,)", "0.01", """\
     >>> import numpy as np
     >>> from skfilter import HiLoFiClassifier
     >>> rng = np.random.default_rng(0)
@@ -449,7 +451,7 @@ class HiLoFiClassifier(_HiLoFi, _ClassifierLikelihood, FilterClassifierMixin, Ba
 
     def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, hidden_rank=50, init="random",
                  exact_process_noise=False, last_layer=None, prior_variance="auto", likelihood="categorical",
-                 moment_matched_jitter=0.01, process_noise=1e-3, last_process_noise=None, decay=1.0, n_epochs=1,
+                 moment_matched_jitter=0.01, process_noise=1e-2, last_process_noise=None, decay=1.0, n_epochs=1,
                  shuffle=False, batch_size=1, predictive="probit", n_mc_samples=100, random_state=None,
                  device="cpu", dtype=None, verbose=0, warm_start=False, **module_kwargs):
         self._store_init_params(locals())
@@ -492,7 +494,7 @@ class LoLoFiClassifier(_LoLoFi, _ClassifierLikelihood, FilterClassifierMixin, Ba
 
     Both blocks' covariances are low-rank factors (Duran-Martin et al. 2025, Alg. 3); the paper's
     choice "whenever the output layer or the input to the last layer is high dimensional".""",
-                   "lolofi", "classifier", "(50,)", "0.001", """\
+                   "lolofi", "classifier", "(50,)", "0.01", """\
     >>> import numpy as np
     >>> from skfilter import LoLoFiClassifier
     >>> rng = np.random.default_rng(0)
@@ -503,7 +505,7 @@ class LoLoFiClassifier(_LoLoFi, _ClassifierLikelihood, FilterClassifierMixin, Ba
 
     def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, hidden_rank=50, last_rank=50,
                  init="random", last_layer=None, prior_variance="auto", likelihood="categorical",
-                 moment_matched_jitter=0.01, process_noise=1e-3, last_process_noise=None, decay=1.0, n_epochs=1,
+                 moment_matched_jitter=0.01, process_noise=1e-2, last_process_noise=None, decay=1.0, n_epochs=1,
                  shuffle=False, batch_size=1, predictive="probit", n_mc_samples=100, random_state=None,
                  device="cpu", dtype=None, verbose=0, warm_start=False, **module_kwargs):
         self._store_init_params(locals())

@@ -155,3 +155,47 @@ def test_moment_matched_classifiers_learn(cls):
     clf.set_params(likelihood="categorical")
     with pytest.raises(ValueError, match="likelihood"):
         clf.partial_fit(X[:3], y[:3])
+
+
+SIX = {
+    "lrkf-reg": lambda: LRKFRegressor(hidden_layer_sizes=(4,), rank=5, random_state=0),
+    "lrkf-clf": lambda: LRKFClassifier(hidden_layer_sizes=(4,), rank=5, random_state=0),
+    "hilofi-reg": lambda: HiLoFiRegressor(hidden_layer_sizes=(4,), hidden_rank=3, random_state=0),
+    "hilofi-clf": lambda: HiLoFiClassifier(hidden_layer_sizes=(4,), hidden_rank=3, random_state=0),
+    "lolofi-reg": lambda: LoLoFiRegressor(hidden_layer_sizes=(4,), hidden_rank=3, last_rank=2, random_state=0),
+    "lolofi-clf": lambda: LoLoFiClassifier(hidden_layer_sizes=(4,), hidden_rank=3, last_rank=2, random_state=0,
+                                           likelihood="moment-matched"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SIX))
+def test_bad_input_and_parameters_leave_the_estimator_unchanged(name):
+    est = SIX[name]()
+    X, y = _stream(classes=3 if name.endswith("clf") else None)
+    est.fit(X[:20], y[:20])
+    before = dict(vars(est))
+    X_nan = X[:3].copy()
+    X_nan[0, 0] = np.nan
+    bad_calls = [
+        lambda: est.partial_fit(X_nan, y[:3]),
+        lambda: est.partial_fit(X[:3, :2], y[:3]),
+        lambda: est.partial_fit(X[:3], y[:2]),
+    ]
+    if name.endswith("clf"):
+        bad_calls.append(lambda: est.partial_fit(X[:3], np.array([0, 1, 7])))
+    for call in bad_calls:
+        with pytest.raises(ValueError):
+            call()
+        assert vars(est).keys() == before.keys() and all(vars(est)[k] is before[k] for k in before)
+    for param, value in [("last_layer", [3]), ("last_layer", []), ("init", "eye"), ("process_noise", -1.0)]:
+        if param not in est.get_params():
+            continue
+        old = getattr(est, param)
+        est.set_params(**{param: value})
+        with pytest.raises(ValueError, match=param):
+            est.partial_fit(X[20:23], y[20:23])
+        assert all(vars(est)[k] is before[k] for k in before if k != param)
+        est.set_params(**{param: old})
+    # and it still learns
+    est.partial_fit(X[20:], y[20:])
+    assert est.n_samples_seen_ == len(X)
