@@ -16,6 +16,15 @@ from .likelihoods import Bernoulli, Categorical, MomentMatchedCategorical, probi
 _CLASSIFICATION_PREDICTIVES = ("probit", "plugin", "mc")
 
 
+class LikelihoodParameterMixin:
+    """For classifiers with a ``likelihood`` parameter (``'categorical'`` or ``'moment-matched'``) and
+    ``moment_matched_jitter``: both are fixed for a stream (changing either makes the next
+    ``partial_fit`` raise); merge :attr:`FilterClassifierMixin._likelihood_parameter_constraints`
+    into the estimator's constraints. Put it before :class:`FilterClassifierMixin` in the bases."""
+
+    _target_structural_params = ("likelihood", "moment_matched_jitter")
+
+
 class FilterClassifierMixin(ProbabilisticClassifierMixin, ClassifierMixin):
     """Targets, likelihood and predictive of the filter classifiers.
 

@@ -36,7 +36,7 @@ from numbers import Integral, Real
 import torch
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ._classification import FilterClassifierMixin
+from ._classification import FilterClassifierMixin, LikelihoodParameterMixin
 from ._estimator import BaseFilter
 from ._regression import FilterRegressorMixin
 from ._validation import raise_invalid_parameter
@@ -167,12 +167,6 @@ class _LoLoFi(_FactoredStructure):
                                         **_FactoredStructure._two_block_constraints,
                                         "hidden_rank": [Interval(Integral, 1, None, closed="left")],
                                         "last_rank": [Interval(Integral, 1, None, closed="left")]}
-
-
-class _ClassifierLikelihood:
-    """The ``likelihood`` parameter of the classifiers here (categorical or moment-matched)."""
-
-    _target_structural_params = ("likelihood", "moment_matched_jitter")
 
 
 # -- docstrings (the parameters the six estimators share, written once) ------------------------------
@@ -379,7 +373,7 @@ class LRKFRegressor(_LRKF, FilterRegressorMixin, BaseFilter):
                               **_LRKF._structure_parameter_constraints}
 
 
-class LRKFClassifier(_LRKF, _ClassifierLikelihood, FilterClassifierMixin, BaseFilter):
+class LRKFClassifier(_LRKF, LikelihoodParameterMixin, FilterClassifierMixin, BaseFilter):
     __doc__ = _doc("""Neural-network classification by LRKF, the square-root low-rank Kalman filter.
 
     The covariance of all the weights is ``CᵀC`` with ``C`` of rank ``d`` (Duran-Martin et al. 2025,
@@ -433,7 +427,7 @@ class HiLoFiRegressor(_HiLoFi, FilterRegressorMixin, BaseFilter):
                               **_HiLoFi._structure_parameter_constraints}
 
 
-class HiLoFiClassifier(_HiLoFi, _ClassifierLikelihood, FilterClassifierMixin, BaseFilter):
+class HiLoFiClassifier(_HiLoFi, LikelihoodParameterMixin, FilterClassifierMixin, BaseFilter):
     __doc__ = _doc("""Neural-network classification by HiLoFi: a full last-layer covariance, low-rank hidden layers.
 
     The last layer's covariance is a full Cholesky factor, the hidden layers' of rank ``d_h``
@@ -489,7 +483,7 @@ class LoLoFiRegressor(_LoLoFi, FilterRegressorMixin, BaseFilter):
                               **_LoLoFi._structure_parameter_constraints}
 
 
-class LoLoFiClassifier(_LoLoFi, _ClassifierLikelihood, FilterClassifierMixin, BaseFilter):
+class LoLoFiClassifier(_LoLoFi, LikelihoodParameterMixin, FilterClassifierMixin, BaseFilter):
     __doc__ = _doc("""Neural-network classification by LoLoFi: low-rank last-layer and hidden-layer covariances.
 
     Both blocks' covariances are low-rank factors (Duran-Martin et al. 2025, Alg. 3); the paper's

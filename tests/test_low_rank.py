@@ -199,3 +199,23 @@ def test_bad_input_and_parameters_leave_the_estimator_unchanged(name):
     # and it still learns
     est.partial_fit(X[20:], y[20:])
     assert est.n_samples_seen_ == len(X)
+
+
+@pytest.mark.parametrize("name", sorted(SIX))
+def test_monte_carlo_and_plugin_predictives(name):
+    est = SIX[name]()
+    X, y = _stream(classes=3 if name.endswith("clf") else None)
+    est.fit(X, y)
+    if name.endswith("clf"):
+        lin = est.predict_proba(X[:5])
+        mc = est.set_params(predictive="mc", n_mc_samples=2000).predict_proba(X[:5])
+        assert np.allclose(mc.sum(1), 1.0) and np.abs(mc - lin).max() < 0.2  # probit: an approximation
+        plug = est.set_params(predictive="plugin").predict_proba(X[:5])
+        assert np.allclose(plug.sum(1), 1.0)
+    else:
+        mean, std = est.predict(X[:5], return_std=True, include_noise=False)
+        mc_mean, mc_std = est.set_params(predictive="mc", n_mc_samples=4000).predict(X[:5], return_std=True,
+                                                                                       include_noise=False)
+        # the Monte-Carlo predictive of the factored belief: near the linearised one (small network)
+        np.testing.assert_allclose(mc_mean, mean, atol=4 * std.max() / np.sqrt(4000) + 0.05 * np.abs(mean).max())
+        assert (mc_std > 0).all()
