@@ -219,3 +219,26 @@ def test_monte_carlo_and_plugin_predictives(name):
         # the Monte-Carlo predictive of the factored belief: near the linearised one (small network)
         np.testing.assert_allclose(mc_mean, mean, atol=4 * std.max() / np.sqrt(4000) + 0.05 * np.abs(mean).max())
         assert (mc_std > 0).all()
+
+
+@pytest.mark.parametrize("cls", [LRKFClassifier, HiLoFiClassifier, LoLoFiClassifier])
+@pytest.mark.parametrize("loader, floor", [("load_iris", 0.88), ("load_wine", 0.95)])
+def test_defaults_learn_raw_small_tables(cls, loader, floor):
+    from sklearn import datasets
+    from sklearn.model_selection import train_test_split
+
+    X, y = getattr(datasets, loader)(return_X_y=True)
+    Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, random_state=0, stratify=y)
+    assert cls(random_state=0).fit(Xtr, ytr).score(Xte, yte) >= floor
+
+
+@pytest.mark.parametrize("cls", [LRKFRegressor, HiLoFiRegressor, LoLoFiRegressor])
+def test_defaults_give_honest_bands_on_raw_diabetes(cls):
+    from sklearn.datasets import load_diabetes
+    from sklearn.model_selection import train_test_split
+
+    X, y = load_diabetes(return_X_y=True)
+    Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, random_state=0)
+    mean, std = cls(random_state=0).fit(Xtr, ytr).predict(Xte, return_std=True)
+    assert np.sqrt(np.mean((mean - yte) ** 2)) < 62.0  # BayesianRidge: ~54, predicting the mean: ~77
+    assert 0.9 <= np.mean(np.abs(mean - yte) <= 2 * std) <= 1.0
