@@ -200,7 +200,7 @@ _RANK_DOCS = {
         ``d_h``, the rank of the factor of the hidden layers' covariance (Alg. 2).
     init : {'random', 'coordinates', 'zero'}, default='random'
         The hidden layers' prior factor when ``d_h < D_h`` (:class:`~skfilter.posteriors.LowRankFactor`):
-        ``'random'`` — ``diag(√v)`` projected on a random ``d_h``-dimensional subspace ;
+        ``'random'`` — ``diag(√v)`` projected on a random ``d_h``-dimensional subspace;
         ``'coordinates'`` — ``√v`` on the first ``d_h`` hidden weights; ``'zero'`` — the hidden
         layers start certain (with ``process_noise=0`` they keep their initial weights and the last
         layer is Bayesian linear regression on their features). The last layer's prior is exact.
@@ -287,9 +287,9 @@ _REST_DOC = """\
         Rows per filter step (one update of their ``B·C`` pseudo-observations, linearised at the
         same mean).
     predictive : {predictives}, default={predictive!r}
-        How predictions integrate over the weights: {predictive_text}; ``'plugin'`` the network at
-        the posterior mean; ``'mc'`` the average over ``n_mc_samples`` weight draws. Read at
-        prediction time.
+        How predictions integrate over the weights: {predictive_text};
+        ``'plugin'`` the network at the posterior mean; ``'mc'`` the average over ``n_mc_samples``
+        weight draws. Read at prediction time.
     n_mc_samples : int, default=100
         Parameter draws of the Monte-Carlo predictive.
     random_state : int, RandomState instance or None, default=None
