@@ -220,7 +220,7 @@ _RANK_DOCS = {
     init : {'random', 'coordinates', 'zero'}, default='random'
         The prior factor of each block whose rank is below its size
         (:class:`~skfilter.posteriors.LowRankFactor`): ``'random'`` — ``diag(√v)`` projected on a
-        random subspace ; ``'coordinates'`` — ``√v`` on the block's first weights; ``'zero'`` — no
+        random subspace; ``'coordinates'`` — ``√v`` on the block's first weights; ``'zero'`` — no
         prior uncertainty.
     last_layer : list of str, default=None
         Parameter names (as in ``module.named_parameters()``) of the last layer, for a module whose
