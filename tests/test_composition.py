@@ -78,3 +78,16 @@ def test_cuda_matches_cpu(structure, likelihood):
     gpu = make(structure, "none", likelihood, dtype="float64", device="cuda").fit(X, y)
     for a, b in zip(_outputs(cpu, X), _outputs(gpu, X)):
         np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("wrapper", WRAPPERS)
+@pytest.mark.parametrize("likelihood", ["gaussian", "categorical"])
+def test_full_rank_lrkf_is_the_full_ekf_under_every_wrapper(wrapper, likelihood):
+    """The wrappers only see the structure through its interface: at full rank and ``q = 0`` LRKF
+    is the full EKF, wrapped or not."""
+    X, y = data(likelihood, n=30)
+    ekf = make("ekf-full", wrapper, likelihood, process_noise=0.0).fit(X, y)
+    P = (ekf.estimator_ if wrapper != "none" else ekf).n_params_
+    lrkf = make("lrkf", wrapper, likelihood, rank=P, process_noise=0.0).fit(X, y)
+    for a, b in zip(_outputs(ekf, X), _outputs(lrkf, X)):
+        np.testing.assert_allclose(b, a, rtol=1e-7, atol=1e-9)
