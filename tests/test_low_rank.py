@@ -242,3 +242,24 @@ def test_defaults_give_honest_bands_on_raw_diabetes(cls):
     mean, std = cls(random_state=0).fit(Xtr, ytr).predict(Xte, return_std=True)
     assert np.sqrt(np.mean((mean - yte) ** 2)) < 62.0  # BayesianRidge: ~54, predicting the mean: ~77
     assert 0.9 <= np.mean(np.abs(mean - yte) <= 2 * std) <= 1.0
+
+
+def test_the_auto_prior_per_block():
+    """``prior_variance='auto'``: the Cholesky last layer holds the 'auto' variances exactly; a
+    random rank-``d`` hidden factor holds ``v_i ‖O_i‖²`` of each (at most ``v_i``; ``d / D_h`` of
+    the total in expectation); a full-rank low-rank block holds them exactly."""
+    X, y = _stream()
+    reg = HiLoFiRegressor(hidden_layer_sizes=(8,), hidden_rank=4, random_state=0).fit(X[:1], y[:1])
+    v = torch.as_tensor(reg._reference.variance).expand_as(reg._reference.mean)
+    prior = reg._structure.prior(reg._reference.mean, reg._reference.variance)
+    C, U = prior.factors
+    last = slice(reg.n_params_ - 9, reg.n_params_)
+    torch.testing.assert_close((U.T @ U).diagonal(), v[last])
+    torch.testing.assert_close(U.T @ U, torch.diag(v[last]))
+    hidden_var = (C.T @ C).diagonal()
+    assert bool((hidden_var <= v[:last.start] * (1 + 1e-12)).all())
+    assert 0.5 * 4 / 32 < float(hidden_var.sum() / v[:last.start].sum()) < 2 * 4 / 32
+    full = LoLoFiRegressor(hidden_layer_sizes=(8,), hidden_rank=32, last_rank=9, random_state=0).fit(X[:1], y[:1])
+    exact = full._structure.prior(full._reference.mean, full._reference.variance)
+    v_full = torch.as_tensor(full._reference.variance).expand_as(full._reference.mean)
+    torch.testing.assert_close(full._structure.covariance(exact), torch.diag(v_full))
