@@ -6,6 +6,9 @@ EKFRegressor, EKFClassifier
     Extended Kalman filters with full, VD-diagonal or FD-diagonal covariance.
 LoFiRegressor, LoFiClassifier
     LoFi: diagonal-plus-low-rank precision, cost linear in the number of parameters.
+LRKFRegressor, LRKFClassifier, HiLoFiRegressor, HiLoFiClassifier, LoLoFiRegressor, LoLoFiClassifier
+    Square-root low-rank covariance filters (LRKF over all weights; HiLoFi and LoLoFi with a
+    separate last-layer block).
 WoLFRegressor, WoLFClassifier
     Outlier-robust (weighted-likelihood) filtering over any of the above.
 BOCDRegressor, BOCDClassifier
@@ -17,12 +20,16 @@ from .bocd import BOCDClassifier, BOCDRegressor
 from .ekf import EKFClassifier, EKFRegressor
 from .exceptions import FilterStepError
 from .lofi import LoFiClassifier, LoFiRegressor
+from .low_rank import (HiLoFiClassifier, HiLoFiRegressor, LoLoFiClassifier, LoLoFiRegressor, LRKFClassifier,
+                       LRKFRegressor)
 from .pipeline import PartialPipeline, make_partial_pipeline
 from ._show_versions import show_versions
 from .wolf import WoLFClassifier, WoLFRegressor
 
 __version__ = "0.1.0.dev0"
 
-__all__ = ["EKFRegressor", "EKFClassifier", "LoFiRegressor", "LoFiClassifier", "WoLFRegressor", "WoLFClassifier",
+__all__ = ["EKFRegressor", "EKFClassifier", "LoFiRegressor", "LoFiClassifier", "LRKFRegressor",
+           "LRKFClassifier", "HiLoFiRegressor", "HiLoFiClassifier", "LoLoFiRegressor", "LoLoFiClassifier",
+           "WoLFRegressor", "WoLFClassifier",
            "BOCDRegressor", "BOCDClassifier", "FilterStepError", "PartialPipeline", "make_partial_pipeline",
            "show_versions", "__version__"]

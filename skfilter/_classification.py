@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from numbers import Integral
+from numbers import Integral, Real
 
 import numpy as np
 import torch
@@ -11,9 +11,18 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from ._utils import to_numpy
 from ._validation import ProbabilisticClassifierMixin, check_class_module_outputs, encode_class_labels
-from .likelihoods import Bernoulli, Categorical, probit_probabilities
+from .likelihoods import Bernoulli, Categorical, MomentMatchedCategorical, probit_probabilities
 
 _CLASSIFICATION_PREDICTIVES = ("probit", "plugin", "mc")
+
+
+class LikelihoodParameterMixin:
+    """For classifiers with a ``likelihood`` parameter (``'categorical'`` or ``'moment-matched'``) and
+    ``moment_matched_jitter``: both are fixed for a stream (changing either makes the next
+    ``partial_fit`` raise); merge :attr:`FilterClassifierMixin._likelihood_parameter_constraints`
+    into the estimator's constraints. Put it before :class:`FilterClassifierMixin` in the bases."""
+
+    _target_structural_params = ("likelihood", "moment_matched_jitter")
 
 
 class FilterClassifierMixin(ProbabilisticClassifierMixin, ClassifierMixin):
@@ -52,6 +61,14 @@ class FilterClassifierMixin(ProbabilisticClassifierMixin, ClassifierMixin):
     _target_parameter_constraints = {
         "predictive": [StrOptions(set(_CLASSIFICATION_PREDICTIVES))],
         "n_mc_samples": [Interval(Integral, 1, None, closed="left")],
+    }
+
+    #: the ``likelihood`` parameter's constraints, for classifiers that have one (merged by them):
+    #: ``'categorical'`` (Bernoulli for one logit) or the moment-matched Gaussian
+    #: (:class:`~skfilter.likelihoods.MomentMatchedCategorical`) with jitter ``moment_matched_jitter``
+    _likelihood_parameter_constraints = {
+        "likelihood": [StrOptions({"categorical", "moment-matched"})],
+        "moment_matched_jitter": [Interval(Real, 0, None, closed="neither")],
     }
 
     def _check_target_params(self):
@@ -106,6 +123,10 @@ class FilterClassifierMixin(ProbabilisticClassifierMixin, ClassifierMixin):
         check_class_module_outputs(n_outputs, len(self.classes_))
 
     def _make_likelihood(self, n_outputs, cfg):
+        """Bernoulli (one logit) or Categorical; the moment-matched Gaussian when the classifier has a
+        ``likelihood`` parameter set to ``'moment-matched'``."""
+        if getattr(self, "likelihood", "categorical") == "moment-matched":
+            return MomentMatchedCategorical(float(self.moment_matched_jitter))
         return Bernoulli() if n_outputs == 1 else Categorical()
 
     def _target_matrix(self, index):

@@ -18,6 +18,9 @@ Categorical  ``p = softmax(f)``  ``Sᵀ J``, ``S = (I − p1ᵀ)D^½``  ``e / �
 Poisson      ``λ = exp(f)``      ``√λ J``                        ``(y − λ) / √λ``
 ===========  ==================  ==============================  ====================================
 
+:class:`MomentMatchedCategorical` (not a canonical link) observes the class probabilities with
+the Gaussian ``N(m, diag(m) − mmᵀ + εI)``: ``Hw = L⁻¹ G J``, ``ew = L⁻¹ (y − m)`` with ``LLᵀ = R``.
+
 Categorical (an exact square root, consistent with the LoFi paper's footnote 2):
 ``S Sᵀ = diag(p) − ppᵀ = R``, so ``HwᵀHw = Jᵀ R J`` (the Fisher / GGN) and
 ``Hwᵀ ew = Jᵀ S ẽ = Jᵀ e = Hᵀ R⁺ e`` because ``1ᵀe = 0``: the exact pseudo-inverse update, without
@@ -354,6 +357,83 @@ class Categorical(Likelihood):
         is that of the whitened residual)."""
         p = torch.softmax(f, dim=-1).clamp_min(_tiny(f.dtype))
         return -0.5 * torch.log(p).sum(-1)
+
+
+class MomentMatchedCategorical(Likelihood):
+    """Gaussian likelihood moment-matched to the categorical: the class probabilities observed with
+    noise ``R = diag(m) − m mᵀ + ε I`` (Duran-Martin et al. 2025, App. G.1.1, eq. 117; Ollivier 2018).
+
+    The model outputs logits ``f``; the observation is the one-hot target ``y`` (or the class index
+    ``y ∈ {0, 1}`` for a single logit) with mean ``m = softmax(f)`` (``σ(f)`` for one logit), linearised
+    in ``θ`` through ``G J`` with ``G = ∂m/∂f = diag(m) − m mᵀ`` (``m(1 − m)`` for one logit), and
+    covariance ``R = diag(m) − m mᵀ + ε I`` (eq. 117 prints ``+ m mᵀ``: a sign error; the
+    multinomial's covariance is ``diag(m) − m mᵀ``, of rank ``C − 1`` with null vector ``1``, and
+    ``ε > 0`` makes ``R`` positive definite). With ``R = L Lᵀ`` (Cholesky), the whitened
+    pseudo-observation is ``Hw = L⁻¹ G J``, ``ew = L⁻¹ (y − m)``: one step of the filter is the EKF
+    update with the Gaussian ``N(y | m̄(θ), R)`` of the linearised mean ``m̄``.
+
+    Unlike :class:`Categorical` (the exact logit-space update with ``R⁺``), the observation noise has
+    ``ε`` in every direction, so a confident wrong prediction (``m_c → 0``) moves the belief by a
+    bounded amount.
+
+    Parameters
+    ----------
+    epsilon : float, default=0.01
+        ``ε > 0``, the jitter of ``R`` (the paper gives no value).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from skfilter.likelihoods import MomentMatchedCategorical
+    >>> lik = MomentMatchedCategorical(epsilon=0.1)
+    >>> R = lik.noise_covariance(torch.zeros(1, 2, dtype=torch.float64))[0]   # m = (1/2, 1/2)
+    >>> R.tolist()
+    [[0.35, -0.25], [-0.25, 0.35]]
+    """
+
+    max_abs_output = 1e4
+    divergence_advice = _LOGIT_ADVICE
+
+    def __init__(self, epsilon=0.01):
+        if not (isinstance(epsilon, (int, float)) and not isinstance(epsilon, bool) and math.isfinite(epsilon)
+                and epsilon > 0):
+            raise ValueError(f"epsilon must be a positive finite float, got {epsilon!r}.")
+        self.epsilon = float(epsilon)
+
+    def mean(self, f):
+        return torch.sigmoid(f) if f.shape[-1] == 1 else torch.softmax(f, dim=-1)
+
+    def _moments(self, f):
+        """``(m, G, R)``: the mean ``(..., n, C)``, ``G = ∂m/∂f`` and ``R``, ``(..., n, C, C)``."""
+        m = self.mean(f)
+        if f.shape[-1] == 1:
+            G = (m * (1 - m)).unsqueeze(-1)
+        else:
+            G = torch.diag_embed(m) - m.unsqueeze(-1) * m.unsqueeze(-2)
+        eye = torch.eye(f.shape[-1], dtype=f.dtype, device=f.device)
+        return m, G, G + self.epsilon * eye
+
+    def whiten(self, f, J, Y, state=None, out=None):
+        m, G, R = self._moments(f)
+        L = torch.linalg.cholesky(R)
+        LG = torch.linalg.solve_triangular(L, G, upper=False)  # L⁻¹ G
+        Hw = torch.matmul(LG, J) if out is None else torch.matmul(LG, J, out=out)
+        ew = torch.linalg.solve_triangular(L, (Y - m).unsqueeze(-1), upper=False)[..., 0]
+        return Hw, ew
+
+    def noise_covariance(self, f, state=None):
+        """``R = diag(m) − m mᵀ + ε I`` (positive definite)."""
+        return self._moments(f)[2]
+
+    def predictive_covariance(self, f, quad, state=None):
+        """``S = G J Σ⁻ Jᵀ Gᵀ + R`` with ``G = ∂m/∂f``."""
+        _, G, R = self._moments(f)
+        return G @ quad @ G.mT + R
+
+    def log_det_whitening(self, f, state=None):
+        """``−½ log det R``."""
+        L = torch.linalg.cholesky(self._moments(f)[2])
+        return -torch.log(L.diagonal(dim1=-2, dim2=-1)).sum(-1)
 
 
 class Poisson(Likelihood):

@@ -5,7 +5,8 @@ Expected failures are listed here, once, each with the reason it is expected.
 
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from skfilter import EKFClassifier, EKFRegressor, LoFiClassifier, LoFiRegressor
+from skfilter import (EKFClassifier, EKFRegressor, HiLoFiClassifier, HiLoFiRegressor, LoFiClassifier, LoFiRegressor,
+                      LoLoFiClassifier, LoLoFiRegressor, LRKFClassifier, LRKFRegressor)
 
 #: check name -> reason, shared by every filter estimator
 EXPECTED_FAILED_CHECKS = {
@@ -30,6 +31,13 @@ def _estimators():
         LoFiRegressor(rank=3, **small),
         LoFiRegressor(rank=2, variant="spherical", svd="orth", **small),
         LoFiClassifier(rank=3, **small),
+        LRKFRegressor(rank=20, **small),
+        LRKFClassifier(rank=20, **small),
+        HiLoFiRegressor(hidden_rank=3, **small),
+        HiLoFiClassifier(hidden_rank=3, **small),
+        HiLoFiClassifier(hidden_rank=3, likelihood="moment-matched", **small),
+        LoLoFiRegressor(hidden_rank=10, last_rank=5, **small),
+        LoLoFiClassifier(hidden_rank=10, last_rank=10, **small),
     ]
 
 

@@ -35,6 +35,10 @@ Commands (one module each, registered in :data:`COMMANDS`):
     WoLFClassifier against the plain filter on 2-D streams with flipped labels (random, far from the
     boundary, class-conditional); held-out accuracy over seeds.
 
+``inbetween`` (:mod:`skfilter.benchmarks.inbetween`)
+    In-between uncertainty of HiLoFi and LRKF at several ranks on simulated two-cluster 1-D data
+    (Duran-Martin et al. 2025, §5.1): predictive bands in a grid of panels, gap/cluster std ratios.
+
 ``bocd-drift`` (:mod:`skfilter.benchmarks.bocd_drift`)
     BONE's online classification with periodic drift (thesis E3.2): C-ACI, CPP-OU, RL[1]-PR and
     RL[1]-OUPR* tuned on one warm-up stream, prequential misclassification over 100 streams beside
@@ -75,6 +79,7 @@ COMMANDS = {
     "wolf-uci": ".wolf_uci",
     "wolf-1d": ".wolf_1d",
     "wolf-labels": ".wolf_labels",
+    "inbetween": ".inbetween",
     "bocd-drift": ".bocd_drift",
     "bocd-jumps": ".bocd_jumps",
     "bocd-bandit": ".bocd_bandit",

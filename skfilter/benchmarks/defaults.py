@@ -54,7 +54,8 @@ def estimators(task, seed):
     from sklearn.linear_model import BayesianRidge
     from sklearn.neural_network import MLPClassifier, MLPRegressor
 
-    from .. import (BOCDClassifier, BOCDRegressor, EKFClassifier, EKFRegressor, LoFiClassifier, LoFiRegressor,
+    from .. import (BOCDClassifier, BOCDRegressor, EKFClassifier, EKFRegressor, HiLoFiClassifier, HiLoFiRegressor,
+                    LoFiClassifier, LoFiRegressor, LoLoFiClassifier, LoLoFiRegressor, LRKFClassifier, LRKFRegressor,
                     WoLFClassifier, WoLFRegressor)
 
     if task == "classification":
@@ -63,6 +64,9 @@ def estimators(task, seed):
             "EKFClassifier(vd)": EKFClassifier(covariance="vd", random_state=seed),
             "EKFClassifier(fd)": EKFClassifier(covariance="fd", random_state=seed),
             "LoFiClassifier": LoFiClassifier(random_state=seed),
+            "LRKFClassifier": LRKFClassifier(random_state=seed),
+            "HiLoFiClassifier": HiLoFiClassifier(random_state=seed),
+            "LoLoFiClassifier": LoLoFiClassifier(random_state=seed),
             "WoLFClassifier": WoLFClassifier(LoFiClassifier(random_state=seed)),
             "BOCDClassifier": BOCDClassifier(LoFiClassifier(random_state=seed)),
             "MLPClassifier": MLPClassifier(random_state=seed),
@@ -72,6 +76,9 @@ def estimators(task, seed):
         "EKFRegressor(vd)": EKFRegressor(covariance="vd", random_state=seed),
         "EKFRegressor(fd)": EKFRegressor(covariance="fd", random_state=seed),
         "LoFiRegressor": LoFiRegressor(random_state=seed),
+        "LRKFRegressor": LRKFRegressor(random_state=seed),
+        "HiLoFiRegressor": HiLoFiRegressor(random_state=seed),
+        "LoLoFiRegressor": LoLoFiRegressor(random_state=seed),
         "WoLFRegressor": WoLFRegressor(LoFiRegressor(random_state=seed)),
         "BOCDRegressor": BOCDRegressor(LoFiRegressor(random_state=seed)),
         "MLPRegressor": MLPRegressor(random_state=seed),
