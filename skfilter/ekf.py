@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from sklearn.utils._param_validation import StrOptions
 
-from ._classification import FilterClassifierMixin
+from ._classification import FilterClassifierMixin, LikelihoodParameterMixin
 from ._estimator import BaseFilter
 from ._regression import FilterRegressorMixin
 from .posteriors import DiagonalCovariance, FullCovariance
@@ -191,7 +191,7 @@ class EKFRegressor(_EKFStructure, FilterRegressorMixin, BaseFilter):
                               **_EKFStructure._structure_parameter_constraints}
 
 
-class EKFClassifier(_EKFStructure, FilterClassifierMixin, BaseFilter):
+class EKFClassifier(_EKFStructure, LikelihoodParameterMixin, FilterClassifierMixin, BaseFilter):
     """Neural-network classification by an extended Kalman filter over the weights.
 
     Binary or multiclass (any label type). Two classes use one logit (Bernoulli) with the default
@@ -230,6 +230,13 @@ class EKFClassifier(_EKFStructure, FilterClassifierMixin, BaseFilter):
         weight matrix, 3 for the other parameters, and no data scaling. A float:
         ``prior_variance · I`` around the initial weights, inputs used as given (the papers'
         parametrisation; standardise the features then).
+    likelihood : {'categorical', 'moment-matched'}, default='categorical'
+        ``'categorical'``: Bernoulli on one logit (two classes), categorical otherwise, with the exact
+        logit-space update; ``'moment-matched'``: the Gaussian on the class probabilities with
+        covariance ``diag(m) − m mᵀ + ε I`` (Duran-Martin et al. 2025, App. G.1.1, eq. 117;
+        :class:`~skfilter.likelihoods.MomentMatchedCategorical`).
+    moment_matched_jitter : float, default=0.01
+        ``ε > 0`` of the moment-matched likelihood (ignored by the categorical one).
     process_noise : float, default=0.0
         ``q`` of the dynamics ``θ_t = γ θ_{t−1} + N(0, q I)`` applied before every step.
     decay : float, default=1.0
@@ -308,11 +315,13 @@ class EKFClassifier(_EKFStructure, FilterClassifierMixin, BaseFilter):
     """
 
     def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, covariance="full",
-                 vd_mean="exact", prior_variance="auto", process_noise=0.0, decay=1.0, n_epochs=1,
+                 vd_mean="exact", prior_variance="auto", likelihood="categorical",
+                 moment_matched_jitter=0.01, process_noise=0.0, decay=1.0, n_epochs=1,
                  shuffle=False, batch_size=1, predictive="probit", n_mc_samples=100, random_state=None,
                  device="cpu", dtype=None, verbose=0, warm_start=False, **module_kwargs):
         self._store_init_params(locals())
 
     _parameter_constraints = {**BaseFilter._parameter_constraints,
                               **FilterClassifierMixin._target_parameter_constraints,
+                              **FilterClassifierMixin._likelihood_parameter_constraints,
                               **_EKFStructure._structure_parameter_constraints}

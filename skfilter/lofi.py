@@ -11,7 +11,7 @@ from numbers import Integral, Real
 
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ._classification import FilterClassifierMixin
+from ._classification import FilterClassifierMixin, LikelihoodParameterMixin
 from ._estimator import BaseFilter
 from ._regression import FilterRegressorMixin
 from ._validation import raise_invalid_parameter
@@ -208,7 +208,7 @@ class LoFiRegressor(_LoFiStructure, FilterRegressorMixin, BaseFilter):
                               **_LoFiStructure._structure_parameter_constraints}
 
 
-class LoFiClassifier(_LoFiStructure, FilterClassifierMixin, BaseFilter):
+class LoFiClassifier(_LoFiStructure, LikelihoodParameterMixin, FilterClassifierMixin, BaseFilter):
     """Neural-network classification by LoFi, the low-rank extended Kalman filter.
 
     Parameters
@@ -251,6 +251,13 @@ class LoFiClassifier(_LoFiStructure, FilterClassifierMixin, BaseFilter):
         weight matrix, 3 for the other parameters, and no data scaling. A float:
         ``prior_variance · I`` around the initial weights, inputs used as given (the papers'
         parametrisation; standardise the features then).
+    likelihood : {'categorical', 'moment-matched'}, default='categorical'
+        ``'categorical'``: Bernoulli on one logit (two classes), categorical otherwise, with the exact
+        logit-space update; ``'moment-matched'``: the Gaussian on the class probabilities with
+        covariance ``diag(m) − m mᵀ + ε I`` (Duran-Martin et al. 2025, App. G.1.1, eq. 117;
+        :class:`~skfilter.likelihoods.MomentMatchedCategorical`).
+    moment_matched_jitter : float, default=0.01
+        ``ε > 0`` of the moment-matched likelihood (ignored by the categorical one).
     process_noise : float, default=0.0
         ``q`` of the dynamics ``θ_t = γ θ_{t−1} + N(0, q I)`` applied before every step.
     decay : float, default=1.0
@@ -330,11 +337,13 @@ class LoFiClassifier(_LoFiStructure, FilterClassifierMixin, BaseFilter):
 
     def __init__(self, hidden_layer_sizes=(100,), activation="relu", *, module=None, rank=10,
                  variant="diagonal", inflation=None, inflation_factor=0.0, svd="full", steady_state=False,
-                 prior_variance="auto", process_noise=0.0, decay=1.0, n_epochs=1, shuffle=False, batch_size=1,
+                 prior_variance="auto", likelihood="categorical",
+                 moment_matched_jitter=0.01, process_noise=0.0, decay=1.0, n_epochs=1, shuffle=False, batch_size=1,
                  predictive="probit", n_mc_samples=100, random_state=None, device="cpu", dtype=None,
                  verbose=0, warm_start=False, **module_kwargs):
         self._store_init_params(locals())
 
     _parameter_constraints = {**BaseFilter._parameter_constraints,
                               **FilterClassifierMixin._target_parameter_constraints,
+                              **FilterClassifierMixin._likelihood_parameter_constraints,
                               **_LoFiStructure._structure_parameter_constraints}

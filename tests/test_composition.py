@@ -3,8 +3,8 @@
 For each cell of the matrix (:mod:`tests._registry`): ``fit`` learns and predicts (regressors: finite
 mean and positive standard deviation, ``sample_y`` of the right shape; classifiers: probabilities that
 sum to one), a first ``partial_fit`` equals ``fit`` (both followed by a ``partial_fit``), and an
-estimator pickled between the chunks and restored continues exactly as the one that was not. The moment-matched likelihood is a
-parameter of the classifiers that have a ``likelihood`` parameter (LRKF, HiLoFi, LoLoFi). A CUDA
+estimator pickled between the chunks and restored continues exactly as the one that was not. The
+moment-matched likelihood is the ``likelihood`` parameter of every classifier. A CUDA
 parametrisation runs one cell per structure on the GPU when there is one.
 """
 
