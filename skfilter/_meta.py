@@ -225,8 +225,8 @@ class PredictingRegressorMixin:
         check_fitted(self, self._fitted_attribute, named=True)
         return self.estimator_.predict(X, return_std=return_std, include_noise=include_noise)
 
-    @validate_params(_SAMPLING_CONSTRAINTS, prefer_skip_nested_validation=True)
-    def sample_y(self, X, n_samples=1, random_state=None, method="thompson"):
+    @validate_params({**_SAMPLING_CONSTRAINTS, "include_noise": ["boolean"]}, prefer_skip_nested_validation=True)
+    def sample_y(self, X, n_samples=1, random_state=None, method="thompson", include_noise=True):
         """Draws from the posterior predictive of ``y``: the fitted filter's ``sample_y`` (for a
         mixture: a hypothesis by its weight first).
 
@@ -239,13 +239,16 @@ class PredictingRegressorMixin:
             ``'thompson'``: parameter draws ``θ_s ~ N(μ, Σ)`` shared by all rows (function draws);
             ``'predictive'``: each row independently from its linearised predictive
             ``N(h(μ, x), J Σ Jᵀ + R)`` (Duran-Martin et al. 2025, Alg. 1).
+        include_noise : bool, default=True
+            ``False``: draws of the mean of ``y`` (no observation noise).
 
         Returns
         -------
         y_samples : ndarray of shape (n_samples_X, n_samples) or (n_samples_X, n_outputs, n_samples)
         """
         check_fitted(self, self._fitted_attribute, named=True)
-        return self.estimator_.sample_y(X, n_samples=n_samples, random_state=random_state, method=method)
+        return self.estimator_.sample_y(X, n_samples=n_samples, random_state=random_state, method=method,
+                                        include_noise=include_noise)
 
 
 class PredictingClassifierMixin:

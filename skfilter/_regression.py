@@ -272,9 +272,9 @@ class FilterRegressorMixin(PredictiveSamplingMixin, RegressorMixin):
         return mean, std
 
     @validate_params({"X": ["array-like"], "n_samples": [Interval(Integral, 1, None, closed="left")],
-                      "random_state": ["random_state"], "method": [StrOptions(set(SAMPLING_METHODS))]},
-                     prefer_skip_nested_validation=True)
-    def sample_y(self, X, n_samples=1, random_state=None, method="thompson"):
+                      "random_state": ["random_state"], "method": [StrOptions(set(SAMPLING_METHODS))],
+                      "include_noise": ["boolean"]}, prefer_skip_nested_validation=True)
+    def sample_y(self, X, n_samples=1, random_state=None, method="thompson", include_noise=True):
         """Draw from the posterior predictive of ``y``, in parameter space or in outcome space.
 
         * ``method='thompson'`` (Thompson sampling; Duran-Martin et al. 2025, Table 1): ``θ_s ~ N(μ, Σ)``,
@@ -301,6 +301,11 @@ class FilterRegressorMixin(PredictiveSamplingMixin, RegressorMixin):
         random_state : int, RandomState instance or None, default=None
         method : {'thompson', 'predictive'}, default='thompson'
             Parameter-space function draws or independent per-row predictive draws.
+        include_noise : bool, default=True
+            ``False``: draws of the mean of ``y`` given the parameters, without the observation
+            noise — ``h(θ_s, x)`` (Thompson) or ``N(h(μ, x), J Σ Jᵀ)`` (predictive); Poisson: the
+            rate ``exp f`` instead of a count. Decision rules that compare the means of actions
+            (Thompson sampling, Bayesian optimisation with ``R = 0``) use these.
 
         Returns
         -------
@@ -325,14 +330,19 @@ class FilterRegressorMixin(PredictiveSamplingMixin, RegressorMixin):
         poisson = self._is_poisson()
         with torch.no_grad():
             if method == "predictive":
-                noise = None if poisson else (lambda state: state["r"])
-                f, _ = self._predictive_output_draws(Xt, n_samples, gen, noise)  # (n, S, C)
-                y = torch.poisson(self._likelihood.mean(f), generator=gen) if poisson else f
+                noise = (lambda state: state["r"]) if include_noise and not poisson else None
+                y, _ = self._predictive_output_draws(Xt, n_samples, gen, noise)  # (n, S, C)
+                if poisson:
+                    y = self._likelihood.mean(y)
+                    y = torch.poisson(y, generator=gen) if include_noise else y
                 y = to_numpy(y).transpose(0, 2, 1)  # (n, C, S)
             else:
                 f, which = self._thompson_output_draws(Xt, n_samples, gen)  # (S, n, C)
                 if poisson:
-                    y = torch.poisson(self._likelihood.mean(f), generator=gen)
+                    y = self._likelihood.mean(f)
+                    y = torch.poisson(y, generator=gen) if include_noise else y
+                elif not include_noise:
+                    y = f
                 else:
                     r = self._noise_state["r"]
                     if which is not None:  # each draw with the noise of its hypothesis

@@ -300,3 +300,20 @@ def test_thompson_default_matches_previous_draws():
     r = est.filter_state_.noise["r"]
     expected = (f + r.sqrt() * torch.randn(f.shape, generator=gen, dtype=f.dtype)).numpy()[:, :, 0].T
     np.testing.assert_allclose(est.sample_y(X[:5], 6, random_state=3), expected)
+
+
+@pytest.mark.parametrize("method", ["thompson", "predictive"])
+def test_draws_without_noise(method):
+    """``include_noise=False``: the linear model's draws have covariance JΣJᵀ (no r), and Poisson
+    gives rates, not counts."""
+    X, y = _linear_data(20)
+    est = EKFRegressor(hidden_layer_sizes=(), random_state=0).fit(X, y)
+    Xq = np.array([[4.0, 4.0], [-3.0, 1.0]])
+    f, J, Sigma = _jacobian_and_cov(est, Xq)
+    var = np.diag(J[:, 0] @ Sigma @ J[:, 0].T)
+    draws = est.sample_y(Xq, n_samples=N_DRAWS, random_state=0, method=method, include_noise=False)
+    np.testing.assert_allclose(draws.var(1), var, rtol=5 * np.sqrt(2 / N_DRAWS))
+    np.testing.assert_allclose(est.predict(Xq, return_std=True, include_noise=False)[1] ** 2, var, rtol=1e-9)
+    poisson = EKFRegressor(hidden_layer_sizes=(), likelihood="poisson", random_state=0).fit(X, np.round(np.abs(y)))
+    rates = poisson.sample_y(Xq, 50, random_state=0, method=method, include_noise=False)
+    assert np.all(rates > 0) and not np.all(rates == np.round(rates))
