@@ -330,7 +330,7 @@ class FilterRegressorMixin(PredictiveSamplingMixin, RegressorMixin):
         poisson = self._is_poisson()
         with torch.no_grad():
             if method == "predictive":
-                noise = (lambda state: state["r"]) if include_noise and not poisson else None
+                noise = self._likelihood.aleatoric_variance if include_noise and not poisson else None
                 y, _ = self._predictive_output_draws(Xt, n_samples, gen, noise)  # (n, S, C)
                 if poisson:
                     y = self._likelihood.mean(y)

@@ -76,15 +76,14 @@ class PredictiveSamplingMixin:
 
     def _predictive_output_draws(self, Xt, n_samples, gen, noise=None):
         """``(n, S, C)`` draws of the outputs, each row independently from its linearised predictive
-        ``N(f, J Σ Jᵀ + R)`` (Alg. 1); ``noise(noise_state) → (…, C)`` adds the diagonal ``R`` of
-        the hypothesis (None: no noise). Also returns the hypothesis of each draw (``(n, S)``, None
+        ``N(f, J Σ Jᵀ + R)`` (Alg. 1); ``noise(f, noise_state) → (…, n, C)`` gives the diagonal ``R``
+        (of each hypothesis; None: no noise). Also returns the hypothesis of each draw (``(n, S)``, None
         for a single belief)."""
         state = self.filter_state_
         with torch.no_grad():
             f, cov = self._joint_linearized(Xt, state.belief)
             if noise is not None:
-                r = noise(state.noise).to(cov.dtype)  # (C,) or (K, C)
-                cov = cov + torch.diag_embed(r.unsqueeze(-2).expand(f.shape))
+                cov = cov + torch.diag_embed(noise(f, state.noise).to(cov.dtype))  # (…, n, C)
             L = psd_square_root(cov)  # (…, n, C, C)
             n, C = Xt.shape[0], f.shape[-1]
             which = self._hypothesis_draws((n, n_samples), gen)
