@@ -105,8 +105,11 @@ class ContextualBandit(BaseEstimator):
     ``(c, a, r)`` row alone (``partial_fit``). Scores by ``policy``:
 
     * ``'predictive'`` — predictive sampling (Alg. 1): one independent draw per arm from the
-      posterior predictive of its reward, ``ŷ_a ~ N(h(μ, x_a), J_a Σ J_aᵀ + R)``
-      (``sample_y(method='predictive')``); no parameter is sampled.
+      linearised posterior predictive of its mean reward, ``ŷ_a ~ N(h(μ, x_a), J_a Σ J_aᵀ)``
+      (``sample_y(method='predictive', include_noise=False)``); no parameter is sampled. With
+      ``include_noise=True`` the draw is of the reward itself, ``N(h(μ, x_a), J_a Σ J_aᵀ + R)``, as
+      Alg. 1 is written (the paper does not say which its MNIST bandit used); the noise then adds
+      exploration that does not shrink with the data.
     * ``'thompson'`` — Thompson sampling (Table 1): one parameter draw ``θ_s ~ N(μ, Σ)`` per step,
       evaluated at every arm (and every row of the step): ``ŷ_a = h(θ_s, x_a)``
       (``sample_y(method='thompson', include_noise=False)``).
@@ -142,6 +145,8 @@ class ContextualBandit(BaseEstimator):
     policy : {'predictive', 'thompson', 'epsilon-greedy'}, default='predictive'
     epsilon : float in [0, 1], default=0.05
         Exploration rate of ``'epsilon-greedy'``.
+    include_noise : bool, default=False
+        Whether the ``'predictive'`` draws of a regressor include the observation noise ``R``.
     random_state : int, RandomState instance or None, default=None
         Seeds the arm choices and the samples (and the network, when the estimator has no seed).
 
@@ -195,17 +200,19 @@ class ContextualBandit(BaseEstimator):
         "arm_features": ["array-like", None],
         "policy": [StrOptions({"predictive", "thompson", "epsilon-greedy"})],
         "epsilon": [Interval(Real, 0, 1, closed="both")],
+        "include_noise": ["boolean"],
         "random_state": ["random_state"],
     }
 
     def __init__(self, estimator=None, n_arms=2, *, encoding="heads", arm_features=None, policy="predictive",
-                 epsilon=0.05, random_state=None):
+                 epsilon=0.05, include_noise=False, random_state=None):
         self.estimator = estimator
         self.n_arms = n_arms
         self.encoding = encoding
         self.arm_features = arm_features
         self.policy = policy
         self.epsilon = epsilon
+        self.include_noise = include_noise
         self.random_state = random_state
 
     # -- set-up ---------------------------------------------------------------------------------
@@ -283,11 +290,10 @@ class ContextualBandit(BaseEstimator):
             s = model.predict_proba(rows)[:, -1] if classifier else model.predict(rows)
         elif classifier:
             s = model.sample_proba(rows, 1, random_state=self._rng, method=self.policy)[:, -1, 0]
-        elif self.policy == "predictive":
-            s = model.sample_y(rows, 1, random_state=self._rng, method="predictive")
         else:
-            kw = {"include_noise": False} if _accepts(model.sample_y, "include_noise") else {}
-            s = model.sample_y(rows, 1, random_state=self._rng, method="thompson", **kw)
+            noise = self.include_noise and self.policy == "predictive"
+            kw = {"include_noise": noise} if _accepts(model.sample_y, "include_noise") else {}
+            s = model.sample_y(rows, 1, random_state=self._rng, method=self.policy, **kw)
         return np.asarray(s, dtype=np.float64).reshape(n, A)
 
     # -- public ---------------------------------------------------------------------------------

@@ -186,6 +186,8 @@ def test_bandit_reproducible():
 def test_bandit_parameter_and_input_validation():
     with pytest.raises(InvalidParameterError, match="policy"):
         ContextualBandit(policy="ucb").select(np.zeros((1, 2)))
+    with pytest.raises(InvalidParameterError, match="include_noise"):
+        ContextualBandit(include_noise="yes").select(np.zeros((1, 2)))
     with pytest.raises(InvalidParameterError, match="n_arms"):
         ContextualBandit(n_arms=1).select(np.zeros((1, 2)))
     with pytest.raises(ValueError, match="arm_features"):
