@@ -6,6 +6,8 @@ import warnings
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import integrate
 from scipy.stats import norm
 from sklearn.exceptions import NotFittedError
@@ -329,3 +331,17 @@ class _NoSample:
 
     def get_params(self, deep=True):
         return {}
+
+
+@given(m=st.floats(-50, 50), s=st.floats(0, 20), best=st.floats(-50, 50), xi=st.floats(0, 5))
+@settings(max_examples=200, deadline=None)
+def test_expected_improvement_properties(m, s, best, xi):
+    """EI ≥ max(gain, 0) (Jensen) and EI ≤ max(gain, 0) + s φ(0) (``E[max(g + sZ, 0)] ≤ max(g, 0) +
+    s E[max(Z, 0)]``), the maximisation form is the minimisation form of −Y, and EI does not
+    decrease with the spread s (the payoff is convex)."""
+    ei = expected_improvement([m], [s], best, xi=xi)[0]
+    gain = best - xi - m
+    assert ei >= max(gain, 0.0) - 1e-9 * (1 + abs(gain))
+    assert ei <= max(gain, 0.0) + s * norm.pdf(0) + 1e-9 * (1 + abs(gain))
+    assert expected_improvement([-m], [s], -best, xi=xi, maximize=True)[0] == pytest.approx(ei, rel=1e-12, abs=1e-12)
+    assert expected_improvement([m], [s + 1.0], best, xi=xi)[0] >= ei - 1e-9 * (1 + abs(gain))
