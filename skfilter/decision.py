@@ -127,7 +127,8 @@ class ContextualBandit(BaseEstimator):
       one (:class:`PerArmHeads`; the model sees ``[c, a]``). The default MLP of the estimator (its
       ``hidden_layer_sizes`` and ``activation``) becomes the body, or the estimator's ``module``
       instance, which must output ``n_arms`` columns. The module sees raw contexts (no
-      standardisation): scale them beforehand.
+      standardisation): scale them beforehand. In a :class:`~skfilter.PartialPipeline` the
+      transformers would see the arm column too: use ``'features'`` there.
     * ``'features'`` — arm-as-feature: the model sees ``[c, arm_features[a]]`` and has one output.
 
     Parameters
@@ -260,6 +261,12 @@ class ContextualBandit(BaseEstimator):
                                 params.get(prefix + "activation", "relu"), seed=seed)
             elif isinstance(module, nn.Module):
                 body = module
+                with torch.no_grad():
+                    like = next(body.parameters(), torch.zeros((), dtype=torch.float64))
+                    out = body(torch.zeros((1, self.n_features_in_), dtype=like.dtype, device=like.device))
+                if out.shape != (1, self.n_arms):
+                    raise ValueError(f"encoding='heads' needs the estimator's module to map {self.n_features_in_} "
+                                     f"context features to n_arms={self.n_arms} outputs; it gives {tuple(out.shape)}.")
             else:
                 raise ValueError("encoding='heads' needs the estimator's module to be None (its default MLP) or "
                                  "a torch.nn.Module instance with n_arms outputs.")

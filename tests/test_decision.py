@@ -206,6 +206,14 @@ def test_bandit_parameter_and_input_validation():
     with pytest.raises(ValueError, match="features"):
         agent.select(np.zeros((1, 3)))
     assert pickle.dumps(agent) == before
+    import torch
+
+    wrong = ContextualBandit(EKFRegressor(module=torch.nn.Linear(2, 2, dtype=torch.float64)), n_arms=3)
+    with pytest.raises(ValueError, match="n_arms=3 outputs"):
+        wrong.update(np.zeros((1, 2)), [0], [1.0])
+    right = ContextualBandit(EKFRegressor(module=torch.nn.Linear(2, 3, dtype=torch.float64)), n_arms=3)
+    right.update(np.ones((1, 2)), [2], [1.0])
+    assert isinstance(right.estimator_.module, PerArmHeads) and right.estimator_.module.body.out_features == 3
     clf_agent = ContextualBandit(EKFClassifier(hidden_layer_sizes=()), n_arms=2)
     with pytest.raises(ValueError, match=r"\{0, 1\}"):
         clf_agent.update(np.zeros((1, 2)), [0], [0.5])
