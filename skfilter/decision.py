@@ -451,7 +451,7 @@ def expected_improvement(mean, std, best, *, xi=0.0, maximize=False):
     if np.any(std < 0) or not np.all(np.isfinite(std)) or not np.all(np.isfinite(mean)):
         raise ValueError("std must be finite and non-negative, mean finite.")
     gain = (mean - best - xi) if maximize else (best - xi - mean)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(all="ignore"):  # |z| huge: Φ and φ saturate to 0/1 and 0, as they should
         z = np.where(std > 0, gain / np.where(std > 0, std, 1.0), 0.0)
         ei = np.where(std > 0, gain * norm.cdf(z) + std * norm.pdf(z), np.maximum(gain, 0.0))
     return np.maximum(ei, 0.0)
