@@ -527,7 +527,7 @@ class BayesianOptimizer(BaseEstimator):
     >>> from sklearn.gaussian_process import GaussianProcessRegressor
     >>> from sklearn.gaussian_process.kernels import Matern
     >>> from skfilter.decision import BayesianOptimizer
-    >>> gp = GaussianProcessRegressor(Matern(nu=2.5), normalize_y=True)
+    >>> gp = GaussianProcessRegressor(Matern(0.3, length_scale_bounds="fixed", nu=2.5), normalize_y=True)
     >>> opt = BayesianOptimizer(gp, bounds=[[-2.0, 2.0]], acquisition="ei", random_state=0)
     >>> _ = opt.minimize(lambda x: float((x[0] - 0.5) ** 2), n_iter=15)
     >>> bool(abs(opt.best_x_[0] - 0.5) < 0.01), opt.history_["best_y"].shape
