@@ -317,3 +317,21 @@ def test_draws_without_noise(method):
     poisson = EKFRegressor(hidden_layer_sizes=(), likelihood="poisson", random_state=0).fit(X, np.round(np.abs(y)))
     rates = poisson.sample_y(Xq, 50, random_state=0, method=method, include_noise=False)
     assert np.all(rates > 0) and not np.all(rates == np.round(rates))
+
+
+def test_predictive_sampling_is_cheaper_than_thompson_for_a_dense_covariance():
+    """The full EKF's Thompson draw factorises the P × P covariance at every call; predictive
+    sampling touches it only through J Σ Jᵀ (measured 28× cheaper at P = 2,201; asserted 2×)."""
+    import timeit
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 20))
+    est = EKFRegressor(hidden_layer_sizes=(100,), random_state=0).fit(X, np.sin(X[:, 0]))
+    assert est.n_params_ == 2201
+
+    def best(method):
+        return min(timeit.repeat(lambda: est.sample_y(X[:10], 1, random_state=0, method=method), number=2,
+                                 repeat=3))
+
+    best("predictive"), best("thompson")  # warm-up
+    assert best("predictive") < 0.5 * best("thompson")
