@@ -109,13 +109,14 @@ def run(seeds=2, passes=2, hidden=(32,), methods=None, n_images=None, progress=p
     for name, (make, policies) in agents(hidden).items():
         if methods is not None and name not in methods:
             continue
-        times = {}
-        for policy in policies:
-            rewards, secs = [], []
-            for seed in range(seeds):
+        results = {policy: ([], []) for policy in policies}
+        for seed in range(seeds):  # policies interleaved, so that a change of machine load hits them alike
+            for policy in policies:
                 cum, sec = run_one(make(seed), policy, X, labels, passes, seed)
-                rewards.append(cum)
-                secs.append(sec)
+                results[policy][0].append(cum)
+                results[policy][1].append(sec)
+        times = {}
+        for policy, (rewards, secs) in results.items():
             label = f"{name} {policy}"
             curves[label] = np.mean(rewards, axis=0)
             times[policy] = float(np.mean(secs))
