@@ -252,8 +252,8 @@ class PredictingRegressorMixin:
 
 
 class PredictingClassifierMixin:
-    """``classes_``, ``predict_proba``, ``predict_log_proba``, ``sample_proba``, ``sample_y`` and ``predict`` of a classification
-    wrapper: those of its fitted filter."""
+    """``classes_``, ``predict_proba``, ``predict_log_proba``, ``sample_proba``, ``sample_y`` and
+    ``predict`` of a classification wrapper: those of its fitted filter."""
 
     _fitted_attribute = "estimator_"
 

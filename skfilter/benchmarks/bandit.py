@@ -31,7 +31,6 @@ machine with the defaults); ``--quick`` is a smoke test. Table: ``--out``/bandit
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
