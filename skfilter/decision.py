@@ -499,7 +499,10 @@ class BayesianOptimizer(BaseEstimator):
     refit : bool, default=False
         ``True``: fit the surrogate on all the observations at every :meth:`observe` (``fit``, with
         the surrogate's own ``n_epochs`` for a filter) instead of learning each new point once with
-        ``partial_fit``. Always so for a surrogate without ``partial_fit``.
+        ``partial_fit``. Always so for a surrogate without ``partial_fit``. With budgets of tens of
+        evaluations one pass per point learns little: refit a filter with a few passes
+        (``n_epochs=5``, a small fixed ``obs_variance`` on standardised targets), as the ``bo``
+        benchmark does.
     random_state : int, RandomState instance or None, default=None
         Seeds the initial points, the Sobol scrambling and the draws.
 
