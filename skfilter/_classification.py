@@ -7,8 +7,9 @@ from numbers import Integral, Real
 import numpy as np
 import torch
 from sklearn.base import ClassifierMixin
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import Interval, StrOptions, validate_params
 
+from ._sampling import SAMPLING_METHODS, PredictiveSamplingMixin
 from ._utils import to_numpy
 from ._validation import ProbabilisticClassifierMixin, check_class_module_outputs, encode_class_labels
 from .likelihoods import Bernoulli, Categorical, MomentMatchedCategorical, probit_probabilities
@@ -25,7 +26,7 @@ class LikelihoodParameterMixin:
     _target_structural_params = ("likelihood", "moment_matched_jitter")
 
 
-class FilterClassifierMixin(ProbabilisticClassifierMixin, ClassifierMixin):
+class FilterClassifierMixin(PredictiveSamplingMixin, ProbabilisticClassifierMixin, ClassifierMixin):
     """Targets, likelihood and predictive of the filter classifiers.
 
     The module outputs logits: one per class (Categorical likelihood with the exact logit-space
@@ -172,6 +173,103 @@ class FilterClassifierMixin(ProbabilisticClassifierMixin, ClassifierMixin):
         proba = to_numpy(self._predictive_summary(Xt, rows))
         self._check_finite_prediction(proba)  # a ValueError, never NaN probabilities
         return proba
+
+    def _sampled_probabilities(self, X, n_samples, random_state, method):
+        """``(n, S, K)`` sampled class probabilities (:meth:`sample_proba`) and the generator."""
+        Xt = self._predict_tensor(X)
+        gen = self._sampling_generator(random_state)
+        with torch.no_grad():
+            if method == "predictive":
+                f, _ = self._predictive_output_draws(Xt, n_samples, gen)  # (n, S, C)
+            else:
+                f = self._thompson_output_draws(Xt, n_samples, gen)[0].transpose(0, 1)  # (n, S, C)
+            if f.shape[-1] == 1:
+                p1 = torch.sigmoid(f)
+                proba = torch.cat([1 - p1, p1], dim=-1)
+            else:
+                proba = torch.softmax(f, dim=-1)
+        return proba, gen
+
+    @validate_params({"X": ["array-like"], "n_samples": [Interval(Integral, 1, None, closed="left")],
+                      "random_state": ["random_state"], "method": [StrOptions(set(SAMPLING_METHODS))]},
+                     prefer_skip_nested_validation=True)
+    def sample_proba(self, X, n_samples=1, random_state=None, method="thompson"):
+        """Sampled class probabilities ``softmax(f)`` for logits ``f`` drawn from the posterior.
+
+        * ``method='thompson'`` (Thompson sampling; Duran-Martin et al. 2025, Table 1): logits
+          ``f = h(θ_s, x)`` with ``θ_s ~ N(μ, Σ)``, one parameter draw shared by all rows (a function
+          draw).
+        * ``method='predictive'`` (predictive sampling, Duran-Martin et al. 2025, Alg. 1): every row's
+          logits independently from the linearised ``N(h(μ, x), J Σ Jᵀ)``; no parameter is sampled.
+
+        With one logit (two classes) the probabilities are ``(1 − σ(f), σ(f))``. A run-length
+        mixture draws the hypothesis by its weight first. The average of many draws approaches
+        ``predict_proba`` with ``predictive='mc'`` (Thompson) or ``E[softmax(f)]`` under the
+        linearised predictive, which ``predictive='probit'`` approximates (predictive).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples_X, n_features)
+        n_samples : int, default=1
+        random_state : int, RandomState instance or None, default=None
+        method : {'thompson', 'predictive'}, default='thompson'
+
+        Returns
+        -------
+        proba_samples : ndarray of shape (n_samples_X, n_classes, n_samples)
+            Columns in the order of ``classes_``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from skfilter import EKFClassifier
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(200, 2)); y = (X[:, 0] > 0).astype(int)
+        >>> clf = EKFClassifier(hidden_layer_sizes=(), random_state=0).fit(X, y)
+        >>> P = clf.sample_proba(X[:4], n_samples=10, random_state=0, method="predictive")
+        >>> P.shape, bool(np.allclose(P.sum(axis=1), 1.0))
+        ((4, 2, 10), True)
+        """
+        proba = to_numpy(self._sampled_probabilities(X, n_samples, random_state, method)[0])
+        self._check_finite_prediction(proba)
+        return proba.transpose(0, 2, 1)
+
+    @validate_params({"X": ["array-like"], "n_samples": [Interval(Integral, 1, None, closed="left")],
+                      "random_state": ["random_state"], "method": [StrOptions(set(SAMPLING_METHODS))]},
+                     prefer_skip_nested_validation=True)
+    def sample_y(self, X, n_samples=1, random_state=None, method="thompson"):
+        """Draw labels from the posterior predictive: probabilities as :meth:`sample_proba`, then
+        ``y ~ Cat(p)``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples_X, n_features)
+        n_samples : int, default=1
+        random_state : int, RandomState instance or None, default=None
+        method : {'thompson', 'predictive'}, default='thompson'
+            Parameter-space function draws or independent per-row predictive draws of the logits
+            (:meth:`sample_proba`).
+
+        Returns
+        -------
+        y_samples : ndarray of shape (n_samples_X, n_samples)
+            Labels from ``classes_``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from skfilter import EKFClassifier
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(200, 2)); y = np.where(X[:, 0] > 0, "a", "b")
+        >>> clf = EKFClassifier(hidden_layer_sizes=(), random_state=0).fit(X, y)
+        >>> clf.sample_y(X[:2], n_samples=3, random_state=0, method="predictive").shape
+        (2, 3)
+        """
+        proba, gen = self._sampled_probabilities(X, n_samples, random_state, method)
+        self._check_finite_prediction(to_numpy(proba))
+        n, S, K = proba.shape
+        index = torch.multinomial(proba.reshape(n * S, K).clamp_min(0.0), 1, generator=gen).reshape(n, S)
+        return self.classes_[to_numpy(index)]
 
     def partial_fit(self, X, y, classes=None, sample_weight=None):
         """Continue learning from ``(X, y)`` (one pass, in row order).

@@ -11,15 +11,22 @@ fits a clone of it, and changes how the clone learns through the engine's intern
 from __future__ import annotations
 
 import operator
+from numbers import Integral
 
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone
 from sklearn.utils import get_tags
+from sklearn.utils._param_validation import Interval, StrOptions, validate_params
 
+from ._sampling import SAMPLING_METHODS
 from ._utils import check_fitted, is_frozen, memo_for
 from ._validation import _same_value
 
 
 _PARAM_NAMES: dict = {}
+
+#: scikit-learn's constraints of ``sample_y`` / ``sample_proba`` (checked before the fitted filter's)
+_SAMPLING_CONSTRAINTS = {"X": ["array-like"], "n_samples": [Interval(Integral, 1, None, closed="left")],
+                         "random_state": ["random_state"], "method": [StrOptions(set(SAMPLING_METHODS))]}
 
 
 def _param_values(est, prefix: str) -> dict:
@@ -218,27 +225,35 @@ class PredictingRegressorMixin:
         check_fitted(self, self._fitted_attribute, named=True)
         return self.estimator_.predict(X, return_std=return_std, include_noise=include_noise)
 
-    def sample_y(self, X, n_samples=1, random_state=None):
-        """Draws from the posterior predictive of ``y`` (for a mixture: a hypothesis by its weight,
-        then ``θ`` from it, then ``y``).
+    @validate_params({**_SAMPLING_CONSTRAINTS, "include_noise": ["boolean"]}, prefer_skip_nested_validation=True)
+    def sample_y(self, X, n_samples=1, random_state=None, method="thompson", include_noise=True):
+        """Draws from the posterior predictive of ``y``: the fitted filter's ``sample_y`` (for a
+        mixture: a hypothesis by its weight first).
 
         Parameters
         ----------
         X : array-like of shape (n_samples_X, n_features)
         n_samples : int, default=1
         random_state : int, RandomState instance or None, default=None
+        method : {'thompson', 'predictive'}, default='thompson'
+            ``'thompson'``: parameter draws ``θ_s ~ N(μ, Σ)`` shared by all rows (function draws);
+            ``'predictive'``: each row independently from its linearised predictive
+            ``N(h(μ, x), J Σ Jᵀ + R)`` (Duran-Martin et al. 2025, Alg. 1).
+        include_noise : bool, default=True
+            ``False``: draws of the mean of ``y`` (no observation noise).
 
         Returns
         -------
         y_samples : ndarray of shape (n_samples_X, n_samples) or (n_samples_X, n_outputs, n_samples)
         """
         check_fitted(self, self._fitted_attribute, named=True)
-        return self.estimator_.sample_y(X, n_samples=n_samples, random_state=random_state)
+        return self.estimator_.sample_y(X, n_samples=n_samples, random_state=random_state, method=method,
+                                        include_noise=include_noise)
 
 
 class PredictingClassifierMixin:
-    """``classes_``, ``predict_proba``, ``predict_log_proba`` and ``predict`` of a classification
-    wrapper: those of its fitted filter."""
+    """``classes_``, ``predict_proba``, ``predict_log_proba``, ``sample_proba``, ``sample_y`` and
+    ``predict`` of a classification wrapper: those of its fitted filter."""
 
     _fitted_attribute = "estimator_"
 
@@ -274,6 +289,45 @@ class PredictingClassifierMixin:
         """
         check_fitted(self, self._fitted_attribute, named=True)
         return self.estimator_.predict_log_proba(X)
+
+    @validate_params(_SAMPLING_CONSTRAINTS, prefer_skip_nested_validation=True)
+    def sample_proba(self, X, n_samples=1, random_state=None, method="thompson"):
+        """Sampled class probabilities: the fitted filter's ``sample_proba``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples_X, n_features)
+        n_samples : int, default=1
+        random_state : int, RandomState instance or None, default=None
+        method : {'thompson', 'predictive'}, default='thompson'
+            Logits from parameter draws shared by all rows, or drawn per row from the linearised
+            ``N(h(μ, x), J Σ Jᵀ)`` (Duran-Martin et al. 2025, Alg. 1).
+
+        Returns
+        -------
+        proba_samples : ndarray of shape (n_samples_X, n_classes, n_samples)
+        """
+        check_fitted(self, self._fitted_attribute, named=True)
+        return self.estimator_.sample_proba(X, n_samples=n_samples, random_state=random_state, method=method)
+
+    @validate_params(_SAMPLING_CONSTRAINTS, prefer_skip_nested_validation=True)
+    def sample_y(self, X, n_samples=1, random_state=None, method="thompson"):
+        """Sampled labels: the fitted filter's ``sample_y`` (probabilities as :meth:`sample_proba`,
+        then a label from them).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples_X, n_features)
+        n_samples : int, default=1
+        random_state : int, RandomState instance or None, default=None
+        method : {'thompson', 'predictive'}, default='thompson'
+
+        Returns
+        -------
+        y_samples : ndarray of shape (n_samples_X, n_samples)
+        """
+        check_fitted(self, self._fitted_attribute, named=True)
+        return self.estimator_.sample_y(X, n_samples=n_samples, random_state=random_state, method=method)
 
     def predict(self, X):
         """The most probable class.

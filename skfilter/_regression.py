@@ -11,8 +11,9 @@ from sklearn.base import RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions, validate_params
 from sklearn.utils.validation import check_is_fitted
 
+from ._sampling import SAMPLING_METHODS, PredictiveSamplingMixin
 from ._validation import raise_invalid_parameter, regression_target_matrix
-from ._utils import seed_from_random_state, torch_generator, to_numpy
+from ._utils import to_numpy
 from .likelihoods import Gaussian, Poisson
 from .priors import target_scale
 
@@ -47,7 +48,7 @@ _NOISE_ESTIMATES = ("auto", "robust", "adaptive")
 _REGRESSION_PREDICTIVES = ("linearized", "plugin", "mc")
 
 
-class FilterRegressorMixin(RegressorMixin):
+class FilterRegressorMixin(PredictiveSamplingMixin, RegressorMixin):
     """Targets, likelihood and predictive of the filter regressors.
 
     Predictive moments of ``y`` at a new input (``predictive`` parameter; LoFi paper §3.3, App. B.1):
@@ -271,37 +272,83 @@ class FilterRegressorMixin(RegressorMixin):
         return mean, std
 
     @validate_params({"X": ["array-like"], "n_samples": [Interval(Integral, 1, None, closed="left")],
-                      "random_state": ["random_state"]}, prefer_skip_nested_validation=True)
-    def sample_y(self, X, n_samples=1, random_state=None):
-        """Draw from the posterior predictive of ``y``: ``θ_s ~ N(μ, Σ)``, then ``y ~ p(y | h(θ_s, x))``.
+                      "random_state": ["random_state"], "method": [StrOptions(set(SAMPLING_METHODS))],
+                      "include_noise": ["boolean"]}, prefer_skip_nested_validation=True)
+    def sample_y(self, X, n_samples=1, random_state=None, method="thompson", include_noise=True):
+        """Draw from the posterior predictive of ``y``, in parameter space or in outcome space.
 
-        One parameter draw is shared by all rows of ``X`` (a function draw, as for a Gaussian
-        process), so samples are correlated across inputs as the belief implies.
+        * ``method='thompson'`` (Thompson sampling; Duran-Martin et al. 2025, Table 1): ``θ_s ~ N(μ, Σ)``,
+          then ``y ~ p(y | h(θ_s, x))``. One parameter draw is shared by all rows of ``X`` (a function
+          draw, as :meth:`sklearn.gaussian_process.GaussianProcessRegressor.sample_y`), so samples
+          are correlated across inputs as the belief implies. Costs a ``P``-dimensional draw and a
+          forward pass per sample.
+        * ``method='predictive'`` (predictive sampling, Duran-Martin et al. 2025, Alg. 1): every row
+          independently from its linearised posterior predictive, jointly over its outputs,
+          ``y ~ N(h(μ, x), J Σ Jᵀ + R)`` with ``J = ∂h/∂θ`` at ``μ`` and ``R = diag(r)`` the
+          observation noise (the moments of ``predict(return_std=True)`` with
+          ``predictive='linearized'``, whatever the ``predictive`` parameter). Poisson likelihood:
+          the log-rate is drawn from ``N(h(μ, x), J Σ Jᵀ)`` and the count from
+          ``Poisson(exp(log-rate))``. No parameter is sampled: the cost is one Jacobian per row,
+          independent of ``n_samples``.
+
+        A run-length mixture (:class:`~skfilter.BOCDRegressor`) first draws the hypothesis by its
+        weight: per sample for ``'thompson'``, per row and sample for ``'predictive'``.
 
         Parameters
         ----------
         X : array-like of shape (n_samples_X, n_features)
         n_samples : int, default=1
         random_state : int, RandomState instance or None, default=None
+        method : {'thompson', 'predictive'}, default='thompson'
+            Parameter-space function draws or independent per-row predictive draws.
+        include_noise : bool, default=True
+            ``False``: draws of the mean of ``y`` given the parameters, without the observation
+            noise — ``h(θ_s, x)`` (Thompson) or ``N(h(μ, x), J Σ Jᵀ)`` (predictive); Poisson: the
+            rate ``exp f`` instead of a count. Decision rules that compare the means of actions
+            (Thompson sampling, Bayesian optimisation with ``R = 0``) use these.
 
         Returns
         -------
         y_samples : ndarray of shape (n_samples_X, n_samples) or (n_samples_X, n_outputs, n_samples)
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from skfilter import EKFRegressor
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(200, 1)); y = 2 * X[:, 0] + 0.1 * rng.normal(size=200)
+        >>> reg = EKFRegressor(hidden_layer_sizes=(), random_state=0).fit(X, y)
+        >>> draws = reg.sample_y(X[:3], n_samples=5000, random_state=0, method="predictive")
+        >>> draws.shape
+        (3, 5000)
+        >>> mean, std = reg.predict(X[:3], return_std=True)
+        >>> bool(np.allclose(draws.mean(axis=1), mean, atol=0.01))
+        True
         """
         Xt = self._predict_tensor(X)
-        seed = seed_from_random_state(random_state)
-        gen = torch_generator(seed, self._device)
+        gen = self._sampling_generator(random_state)
+        poisson = self._is_poisson()
         with torch.no_grad():
-            thetas, which = self._parameter_samples(n_samples, gen)  # a mixture draws its hypotheses too
-            f = self._adapter.forward_batch(thetas, Xt)  # (S, n, C)
-            if self._is_poisson():
-                y = torch.poisson(self._likelihood.mean(f), generator=gen)
+            if method == "predictive":
+                noise = self._likelihood.aleatoric_variance if include_noise and not poisson else None
+                y, _ = self._predictive_output_draws(Xt, n_samples, gen, noise)  # (n, S, C)
+                if poisson:
+                    y = self._likelihood.mean(y)
+                    y = torch.poisson(y, generator=gen) if include_noise else y
+                y = to_numpy(y).transpose(0, 2, 1)  # (n, C, S)
             else:
-                r = self._noise_state["r"]
-                if which is not None:  # each draw with the noise of its hypothesis
-                    r = r[which.to(r.device)].unsqueeze(-2)
-                y = f + r.sqrt() * torch.randn(f.shape, generator=gen, device=f.device, dtype=f.dtype)
-        y = to_numpy(y).transpose(1, 2, 0)  # (n, C, S)
+                f, which = self._thompson_output_draws(Xt, n_samples, gen)  # (S, n, C)
+                if poisson:
+                    y = self._likelihood.mean(f)
+                    y = torch.poisson(y, generator=gen) if include_noise else y
+                elif not include_noise:
+                    y = f
+                else:
+                    r = self._noise_state["r"]
+                    if which is not None:  # each draw with the noise of its hypothesis
+                        r = r[which.to(r.device)].unsqueeze(-2)
+                    y = f + r.sqrt() * torch.randn(f.shape, generator=gen, device=f.device, dtype=f.dtype)
+                y = to_numpy(y).transpose(1, 2, 0)  # (n, C, S)
         self._check_finite_prediction(y)
         return y[:, 0, :] if self._y_ndim == 1 else y
 

@@ -6,7 +6,8 @@ filter (``EKFRegressor`` with any covariance, ``LoFiRegressor``, a ``WoLFRegress
 beliefs, one per hypothesis about how long the current regime has lasted, updated in one batched
 step and weighed by their posterior probability. Predictions are the mixture's:
 ``predict(X, return_std=True)`` returns its mean and total standard deviation, ``predict_proba`` its
-class probabilities, ``sample_y`` draws a hypothesis by its weight and then from it. As in the
+class probabilities, ``sample_y`` and ``sample_proba`` draw a hypothesis by its weight and then from it
+(per sample for ``method='thompson'``, per row and sample for ``method='predictive'``). As in the
 thesis, the prediction for the next rows mixes the hypotheses kept after the last step (the
 possibility of a changepoint at the next step itself is not mixed in).
 

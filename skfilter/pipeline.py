@@ -197,7 +197,8 @@ class PartialPipeline(Pipeline):
         ----------
         X : array-like of shape (n_samples, n_features)
         *args, **kwargs
-            Passed to the final estimator's ``sample_y`` (``n_samples``, ``random_state``).
+            Passed to the final estimator's ``sample_y`` (``n_samples``, ``random_state``,
+            ``method``).
 
         Returns
         -------
@@ -208,6 +209,27 @@ class PartialPipeline(Pipeline):
 
         check_is_fitted(self)
         return self.steps[-1][1].sample_y(self._transform_before_final(X), *args, **kwargs)
+
+    @available_if(_final_has("sample_proba"))
+    def sample_proba(self, X, *args, **kwargs):
+        """Sampled class probabilities of the final estimator at the transformed ``X``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        *args, **kwargs
+            Passed to the final estimator's ``sample_proba`` (``n_samples``, ``random_state``,
+            ``method``).
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_classes, n_samples_drawn)
+            The final estimator's sampled probabilities.
+        """
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self)
+        return self.steps[-1][1].sample_proba(self._transform_before_final(X), *args, **kwargs)
 
 
 def make_partial_pipeline(*steps, memory=None, verbose=False):

@@ -6,7 +6,9 @@
 * :func:`plot_run_length`: heat map of a run-length posterior (BOCD) with its most probable run
   length;
 * :func:`plot_reliability`: reliability diagram of a classifier's probabilities;
-* :func:`plot_coverage`: nominal against empirical coverage of central Gaussian intervals.
+* :func:`plot_coverage`: nominal against empirical coverage of central Gaussian intervals;
+* :func:`plot_cumulative_reward`: cumulative reward or regret of a bandit agent, or the best value
+  found by a Bayesian optimiser (the ``history_`` of :mod:`skfilter.decision`).
 
 matplotlib is imported only inside the functions: install it with ``pip install matplotlib`` (or
 the ``demo`` extra, ``pip install 'skfilter[demo]'``). Every function draws on ``ax`` if given and
@@ -21,10 +23,11 @@ from __future__ import annotations
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.utils._param_validation import Interval, validate_params
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions, validate_params
 from sklearn.utils.validation import check_array, check_consistent_length
 
-__all__ = ["plot_predictive_band", "plot_prequential", "plot_run_length", "plot_reliability", "plot_coverage"]
+__all__ = ["plot_predictive_band", "plot_prequential", "plot_run_length", "plot_reliability", "plot_coverage",
+           "plot_cumulative_reward"]
 
 _INSTALL_HINT = ("skfilter.plotting needs matplotlib, an optional dependency: pip install matplotlib "
                  "(or the demo extra: pip install 'skfilter[demo]').")
@@ -583,4 +586,73 @@ def plot_coverage(y_true, mean, std, *, levels=None, ax=None):
     ax.set_xlabel("nominal coverage of the central interval")
     ax.set_ylabel("empirical coverage")
     ax.legend(loc="upper left")
+    return ax
+
+
+_HISTORY_LABELS = {"cumulative_reward": "cumulative reward", "regret": "cumulative regret",
+                   "best_y": "best value found"}
+
+
+@validate_params({"history": [dict, "array-like", HasMethods(["keys"])],
+                  "key": [StrOptions(set(_HISTORY_LABELS)), None],
+                  "x": [StrOptions({"step", "time"})]}, prefer_skip_nested_validation=True)
+def plot_cumulative_reward(history, *, key=None, x="step", label=None, ax=None):
+    """Cumulative reward (or regret) of a bandit agent, or the best value found by an optimiser.
+
+    Draws one line from the ``history_`` of :class:`skfilter.decision.ContextualBandit` (``key``
+    ``'cumulative_reward'`` or ``'regret'``) or :class:`skfilter.decision.BayesianOptimizer`
+    (``'best_y'``) against the step or the agent's cumulative time. Call it once per agent on the
+    same ``ax`` to compare agents.
+
+    Parameters
+    ----------
+    history : dict or pandas.DataFrame
+        A ``history_``: columns ``'step'``, ``'time'`` and ``key``.
+    key : {'cumulative_reward', 'regret', 'best_y'}, default=None
+        The column drawn; ``None``: ``'cumulative_reward'`` if present, else ``'best_y'``.
+    x : {'step', 'time'}, default='step'
+        The horizontal axis.
+    label : str, default=None
+        Legend entry of the line.
+    ax : matplotlib.axes.Axes, default=None
+        Where to draw; default: a new figure.
+
+    Returns
+    -------
+    ax : matplotlib.axes.Axes
+
+    Raises
+    ------
+    ValueError
+        A history without the columns, of different lengths, or with non-finite values (a regret
+        of NaN: the agent was not given the best reward).
+    ImportError
+        Without matplotlib.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from matplotlib.figure import Figure
+    >>> from skfilter.plotting import plot_cumulative_reward
+    >>> history = {"step": np.arange(1, 4), "time": [0.1, 0.2, 0.3], "cumulative_reward": [1, 1, 2]}
+    >>> ax = plot_cumulative_reward(history, label="agent", ax=Figure().subplots())
+    >>> ax.lines[0].get_ydata().tolist()
+    [1.0, 1.0, 2.0]
+    """
+    _require_matplotlib()
+    if key is None:
+        key = "cumulative_reward" if "cumulative_reward" in history else "best_y"
+    for name in (x, key):
+        if name not in history:
+            raise ValueError(f"history has no {name!r} column.")
+    xs = check_array(np.asarray(history[x]), ensure_2d=False, dtype=np.float64, input_name=x)
+    ys = check_array(np.asarray(history[key]), ensure_2d=False, dtype=np.float64, input_name=key)
+    if xs.ndim != 1 or xs.shape != ys.shape:
+        raise ValueError(f"history[{x!r}] and history[{key!r}] must be 1-d of the same length.")
+    ax = _get_axes(ax)
+    ax.plot(xs, ys, label=label)
+    ax.set_xlabel("step" if x == "step" else "agent time (s)")
+    ax.set_ylabel(_HISTORY_LABELS[key])
+    if label is not None:
+        ax.legend(loc="best")
     return ax

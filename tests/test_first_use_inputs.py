@@ -14,6 +14,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sklearn.base import is_regressor
 from torch import nn
 
 from skfilter import EKFRegressor, LoFiClassifier, LoFiRegressor
@@ -30,7 +31,7 @@ def _sine(n=60, seed=0):
 
 def _state(est, X):
     """What must not change on a rejected call: predictions (mean and std), rows seen, belief."""
-    mean, std = est.predict(X, return_std=True) if hasattr(est, "sample_y") else (est.predict_proba(X), None)
+    mean, std = est.predict(X, return_std=True) if is_regressor(est) else (est.predict_proba(X), None)
     return mean, std, est.n_samples_seen_, copy.deepcopy(est.posterior_.state_dict())
 
 

@@ -58,6 +58,13 @@ Commands (one module each, registered in :data:`COMMANDS`):
     µs per step of K = 10 against K = 1 run-length hypotheses over LoFi and the diagonal EKF on
     the concrete MLP (``P = 501``).
 
+``bo`` (:mod:`skfilter.benchmarks.bo`)
+    Bayesian optimisation on Ackley 2/5/10-D, Branin and Hartmann-6 with filter surrogates against a
+    Matérn-5/2 Gaussian process (:class:`skfilter.decision.BayesianOptimizer`): best value and time.
+``bandit`` (:mod:`skfilter.benchmarks.bandit`)
+    The digits contextual bandit (:class:`skfilter.decision.ContextualBandit`): cumulative reward and
+    time of predictive sampling, Thompson sampling and ε-greedy, and an ε-greedy Adam baseline.
+
 A command module exposes ``HELP`` (one line), ``add_arguments(parser)`` and ``main(args)`` (``args``
 an :class:`argparse.Namespace`; returns an exit status). Adding a benchmark (e.g. the LoFi paper's UCI
 benchmark, ``uci``) means writing such a module and adding its name to :data:`COMMANDS`.
@@ -86,6 +93,8 @@ COMMANDS = {
     "bocd-segments": ".bocd_segments",
     "bocd-wolf": ".bocd_wolf",
     "bocd-cost": ".bocd_cost",
+    "bo": ".bo",
+    "bandit": ".bandit",
 }
 
 __all__ = ["COMMANDS"]
