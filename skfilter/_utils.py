@@ -194,3 +194,9 @@ def pass_progress(bar, offset: int = 0):
     if bar is None:
         return None
     return lambda rows_done: bar.update(offset + rows_done - bar.n)
+
+
+def given_kwargs(**params) -> dict:
+    """The keyword arguments that are not None: what a wrapper passes on only when its caller gave
+    it (so that an inner estimator without the parameter keeps working when it is not given)."""
+    return {k: v for k, v in params.items() if v is not None}

@@ -15,7 +15,7 @@ from sklearn.utils import get_tags
 from sklearn.utils._param_validation import HasMethods
 from sklearn.utils.validation import check_array, has_fit_parameter
 
-from ._utils import check_fitted
+from ._utils import check_fitted, given_kwargs
 from ._validation import ValidatedParamsMixin, unchanged_on_error
 
 __all__ = ["TargetScaledRegressor"]
@@ -223,7 +223,7 @@ class TargetScaledRegressor(ValidatedParamsMixin, MetaEstimatorMixin, RegressorM
         mean, std = self.regressor_.predict(X, return_std=True, **predict_params)
         return self._back(mean), self._back(std, shift=False)
 
-    def sample_y(self, X, n_samples=1, random_state=None):
+    def sample_y(self, X, n_samples=1, random_state=None, method=None, include_noise=None):
         """Draws from the predictive of ``y``: the regressor's draws of the scaled target, mapped back.
 
         Parameters
@@ -231,13 +231,19 @@ class TargetScaledRegressor(ValidatedParamsMixin, MetaEstimatorMixin, RegressorM
         X : array-like of shape (n_samples_X, n_features)
         n_samples : int, default=1
         random_state : int, RandomState instance or None, default=None
+        method : {'thompson', 'predictive'}, default=None
+            Passed to the regressor's ``sample_y`` when given (skfilter's regressors: parameter-space
+            or outcome-space draws; None: the regressor's default).
+        include_noise : bool, default=None
+            Passed to the regressor's ``sample_y`` when given (None: its default).
 
         Returns
         -------
         y_samples : ndarray of shape (n_samples_X, n_samples) or (n_samples_X, n_outputs, n_samples)
         """
         check_fitted(self, "regressor_", named=True)
-        return self._back(self.regressor_.sample_y(X, n_samples=n_samples, random_state=random_state))
+        return self._back(self.regressor_.sample_y(X, n_samples=n_samples, random_state=random_state,
+                                                   **given_kwargs(method=method, include_noise=include_noise)))
 
     # -- delegation ---------------------------------------------------------------------------
     @property

@@ -13,6 +13,7 @@ from sklearn.utils._param_validation import HasMethods, Interval, StrOptions, va
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_consistent_length, check_is_fitted
 
+from ._utils import given_kwargs
 from ._validation import check_parameter_constraints
 
 __all__ = ["prequential_predict", "prequential_score", "metric_function", "needs_std", "scoring_items",
@@ -639,7 +640,7 @@ class StreamPrefixEstimator(MetaEstimatorMixin, BaseEstimator):
         return self.estimator_.predict_log_proba(X)
 
     @available_if(_estimator_has("sample_y"))
-    def sample_y(self, X, n_samples=1, random_state=None):
+    def sample_y(self, X, n_samples=1, random_state=None, method=None, include_noise=None):
         """Draws from the fitted regressor's predictive distribution.
 
         Parameters
@@ -647,13 +648,19 @@ class StreamPrefixEstimator(MetaEstimatorMixin, BaseEstimator):
         X : array-like of shape (n_samples_X, n_features)
         n_samples : int, default=1
         random_state : int, RandomState instance or None, default=None
+        method : {'thompson', 'predictive'}, default=None
+            Passed to the estimator's ``sample_y`` when given (skfilter's regressors: parameter-space
+            or outcome-space draws; None: the estimator's default).
+        include_noise : bool, default=None
+            Passed to the estimator's ``sample_y`` when given (None: its default).
 
         Returns
         -------
         y_samples : ndarray
         """
         check_is_fitted(self)
-        return self.estimator_.sample_y(X, n_samples=n_samples, random_state=random_state)
+        return self.estimator_.sample_y(X, n_samples=n_samples, random_state=random_state,
+                                        **given_kwargs(method=method, include_noise=include_noise))
 
     @available_if(_estimator_has("score"))
     def score(self, X, y, sample_weight=None):

@@ -166,3 +166,29 @@ def test_grid_search_and_pickle():
                                  "linearised update; repeated rows re-linearise")})
 def test_sklearn_compatible(estimator, check):
     check(estimator)
+
+
+@pytest.mark.parametrize("wrap", ["target-scaled", "stream-prefix"])
+def test_sample_y_passes_the_sampling_method_through(wrap):
+    """``method='predictive'`` reaches the filter: independent draws per row with the predictive's
+    mean and standard deviation (in the targets' units); a regressor without ``method`` still works
+    when it is not given."""
+    from sklearn.gaussian_process import GaussianProcessRegressor
+
+    from skfilter import LoFiRegressor
+    from skfilter.compose import TargetScaledRegressor
+    from skfilter.model_selection import StreamPrefixEstimator
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(100, 2))
+    y = 100 * X[:, 0] + 5 + rng.normal(size=100)
+    make = TargetScaledRegressor if wrap == "target-scaled" else StreamPrefixEstimator
+    est = make(LoFiRegressor(hidden_layer_sizes=(5,), random_state=0)).fit(X, y)
+    draws = est.sample_y(X[:3], 20_000, random_state=0, method="predictive")
+    mean, std = est.predict(X[:3], return_std=True)
+    np.testing.assert_allclose(draws.mean(-1), mean, atol=5 * std.max() / np.sqrt(20_000))
+    np.testing.assert_allclose(draws.std(-1), std, rtol=0.03)
+    thompson = est.sample_y(X[:3], 2, random_state=0)
+    np.testing.assert_array_equal(thompson, est.sample_y(X[:3], 2, random_state=0, method="thompson"))
+    gp = make(GaussianProcessRegressor()).fit(X[:30], y[:30])
+    assert gp.sample_y(X[:3], 2, random_state=0).shape == (3, 2)
