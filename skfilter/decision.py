@@ -35,7 +35,7 @@ from sklearn.utils.validation import check_array
 from torch import nn
 
 from ._validation import unchanged_on_error
-from .models import make_mlp
+from .models import last_layer, make_mlp
 
 __all__ = ["PerArmHeads", "ContextualBandit", "BayesianOptimizer", "expected_improvement"]
 
@@ -72,6 +72,14 @@ class PerArmHeads(nn.Module):
         super().__init__()
         self.body = body
         self.n_arms = int(n_arms)
+
+    @property
+    def last_layer_name(self):
+        """``'body.<name>'`` when the body is an ``nn.Sequential`` ending in ``nn.Linear`` (or declares
+        its own last layer), else None: the last layer that HiLoFi/LoLoFi treat apart
+        (:func:`skfilter.models.last_layer`)."""
+        inner = last_layer(self.body)
+        return None if inner is None else f"body.{inner}"
 
     def forward(self, X):
         out = self.body(X[..., :-1])

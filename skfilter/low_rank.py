@@ -106,8 +106,9 @@ class _FactoredStructure:
         else:
             raise ValueError(
                 f"{type(self).__name__} could not find the last layer of the module (found automatically for "
-                "the default MLP and an nn.Sequential ending in nn.Linear): pass its parameter names as "
-                "last_layer=[...] (names as in module.named_parameters(), e.g. ['head.weight', 'head.bias']).")
+                "the default MLP, an nn.Sequential ending in nn.Linear, and a module whose attribute last_layer_name "
+                "names its last layer): pass its parameter names as last_layer=[...] (names as in "
+                "module.named_parameters(), e.g. ['head.weight', 'head.bias']).")
         hidden = torch.ones(P, dtype=torch.bool)
         hidden[last] = False
         blocks = {}

@@ -257,13 +257,14 @@ class ModuleAdapter:
     # -- parameter blocks --------------------------------------------------------------------
     def default_blocks(self) -> dict:
         """One block per top-level child (the first component of the parameter names), in flat
-        order; for an ``nn.Sequential`` ending in ``nn.Linear`` that layer's block is named
-        ``'last'`` (:func:`last_layer`)."""
+        order; the parameters of the last layer (:func:`last_layer`: the final ``nn.Linear`` of an
+        ``nn.Sequential``, or the submodule a module names in ``last_layer_name``) form the block
+        ``'last'``."""
         last = last_layer(self.module)
         groups: dict = OrderedDict()
         for name in self._names:
-            head = name.split(".", 1)[0]
-            groups.setdefault("last" if head == last else head, []).append(name)
+            in_last = last is not None and name.startswith(last + ".")
+            groups.setdefault("last" if in_last else name.split(".", 1)[0], []).append(name)
         return groups
 
     def _resolve_blocks(self, mapping: dict) -> OrderedDict:
@@ -594,7 +595,13 @@ _ACT_NAMES = {cls: name for name, cls in ACTIVATIONS.items()}
 
 
 def last_layer(module: nn.Module) -> str | None:
-    """The child name of the final ``nn.Linear`` of an ``nn.Sequential`` ending in one, else None."""
+    """The name of ``module``'s last layer, for the filters that treat it apart (HiLoFi, LoLoFi):
+    the child name of the final ``nn.Linear`` of an ``nn.Sequential`` ending in one; for any other
+    module, the (dotted) submodule name in its attribute ``last_layer_name`` if it has one (a
+    wrapper of a network, e.g. :class:`skfilter.decision.PerArmHeads`, declares it); else None."""
+    declared = getattr(module, "last_layer_name", None)
+    if isinstance(declared, str):
+        return declared
     if not isinstance(module, nn.Sequential) or not len(module):
         return None
     name, child = list(module.named_children())[-1]

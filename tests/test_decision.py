@@ -353,3 +353,26 @@ def test_expected_improvement_properties(m, s, best, xi):
     assert ei <= max(gain, 0.0) + s * norm.pdf(0) + 1e-9 * (1 + abs(gain))
     assert expected_improvement([-m], [s], -best, xi=xi, maximize=True)[0] == pytest.approx(ei, rel=1e-12, abs=1e-12)
     assert expected_improvement([m], [s + 1.0], best, xi=xi)[0] >= ei - 1e-9 * (1 + abs(gain))
+
+
+def test_per_arm_heads_declare_the_body_s_last_layer_for_hilofi():
+    """HiLoFi/LoLoFi treat the last layer apart: through per-arm heads it is the body's final
+    ``nn.Linear`` (``last_layer_name``), found without ``last_layer=``."""
+    import torch
+
+    from skfilter import HiLoFiRegressor
+    from skfilter.models import last_layer
+
+    body = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.Tanh(), torch.nn.Linear(8, 4))
+    assert last_layer(PerArmHeads(body, 4)) == "body.2"
+    assert last_layer(PerArmHeads(torch.nn.Linear(3, 4), 4)) is None  # no Sequential: not declared
+    rng = np.random.default_rng(0)
+    bandit = ContextualBandit(HiLoFiRegressor(hidden_layer_sizes=(8,), hidden_rank=5, random_state=0),
+                              n_arms=4, random_state=0)
+    for _ in range(20):
+        context = rng.normal(size=(1, 3))
+        arm = bandit.select(context)
+        bandit.update(context, arm, np.array([float(context[0, 0] > 0)]))
+    factors = bandit.estimator_.posterior_.belief.factors
+    # hidden block: rank 5 over 3·8 + 8 = 32 weights; last layer: Cholesky over 8·4 + 4 = 36 weights
+    assert [tuple(f.shape) for f in factors] == [(5, 32), (36, 36)]
