@@ -75,6 +75,9 @@ html_show_sourcelink = False
 # comment or a caption, not a heading; they get their page title here so that regenerating them
 # keeps the documentation building.
 TABLE_TITLES = {
+    "bandit_table": "Decision benchmark: the digits contextual bandit",
+    "bo_table": "Decision benchmark: Bayesian optimisation",
+    "inbetween_table": "Low-rank filters: in-between uncertainty",
     "bocd_bandit_table": "BOCD benchmark: the non-stationary bandit",
     "bocd_cost_table": "BOCD benchmark: cost of the run-length hypotheses",
     "bocd_drift_table": "BOCD benchmark: periodic drift",

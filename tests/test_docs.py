@@ -230,3 +230,14 @@ def test_gallery_title_check_can_fail():
     assert gallery_title('"""Title\n=====\n\nText."""') == "Title"
     assert gallery_title('"""Title.\n\nText."""') is None
     assert gallery_title('"""A long title\n===\n"""') is None
+
+
+def test_every_generated_table_has_a_page_title():
+    """A benchmark table (doc/*_table.md, written by the benchmark commands) is a page of the
+    toctree: it starts with a heading or gets its title from doc/conf.py's TABLE_TITLES (else the
+    build warns, and warnings are errors)."""
+    doc = Path(__file__).resolve().parents[1] / "doc"
+    titled = set(re.findall(r'^\s+"(\w+_table)":', (doc / "conf.py").read_text(encoding="utf-8"), flags=re.M))
+    untitled = [p.stem for p in sorted(doc.glob("*_table.md"))
+                if not p.read_text(encoding="utf-8").lstrip().startswith("#") and p.stem not in titled]
+    assert not untitled, f"add a title to TABLE_TITLES in doc/conf.py for {untitled}"
