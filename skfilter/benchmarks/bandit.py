@@ -11,7 +11,9 @@ whose output ``a`` is arm ``a``'s expected reward; Gaussian likelihood on the 0/
 
 * each filter of the registry (:func:`agents`: ``LoFiRegressor`` rank 10, the VD-diagonal
   ``EKFRegressor``; ``HiLoFiRegressor``, ``LoLoFiRegressor`` and ``LRKFRegressor`` are looked up
-  in :mod:`skfilter` and run when present) with predictive sampling (Alg. 1, draws of the mean
+  in :mod:`skfilter` and run when present; "last layer only", ``HiLoFiRegressor`` with a zero hidden
+  factor and no hidden process noise — Bayesian linear regression on the random hidden features,
+  the last-layer baseline) with predictive sampling (Alg. 1, draws of the mean
   reward; for LoFi also ``predictive+R``, draws of the reward with the noise variance ``R = 0.1``),
   Thompson sampling (one parameter draw per step) and ε-greedy (ε = 0.05, App. G.1.3);
 * ``Adam ε-greedy``: :class:`skfilter.baselines.ReplaySGDRegressor` (skorch), the same network,
@@ -70,6 +72,10 @@ def agents(hidden=(32,)):
         "HiLoFi": (_filter("HiLoFiRegressor", hidden), POLICIES),
         "LoLoFi": (_filter("LoLoFiRegressor", hidden), POLICIES),
         "LRKF": (_filter("LRKFRegressor", hidden), POLICIES),
+        # the last layer only: HiLoFi with its hidden factor zero and no hidden process noise keeps the
+        # random hidden features and is Bayesian linear regression on them (the last-layer baseline)
+        "Last layer only": (_filter("HiLoFiRegressor", hidden, init="zero", process_noise=0.0,
+                                    last_process_noise=1e-3), POLICIES),
     }
     try:
         from ..baselines import ReplaySGDRegressor
