@@ -154,7 +154,7 @@ class SubspaceWarmup(BaseEstimator):
     A warm-up fitted with ``d`` components serves any subspace dimension ``k ≤ d``: ``A``'s columns
     are ordered by decreasing singular value, so ``components_[:, :k]`` is the top-``k`` subspace
     (the same as a fit with ``n_components=k`` and the same ``random_state``; for
-    ``method='random`` too, since the Gaussian columns are drawn in order).
+    ``method='random'`` too, since the Gaussian columns are drawn in order).
 
     Parameters
     ----------
@@ -170,7 +170,7 @@ class SubspaceWarmup(BaseEstimator):
     batch_size : int, default=32
         Minibatch size; each epoch splits a fresh random permutation of the rows into disjoint
         batches, the last one possibly smaller. Clipped to the number of rows.
-    learning_rate : float, default=1e-2
+    learning_rate : float, default=0.01
         Adam's step size (plain :class:`torch.optim.Adam`).
     skip : int, default=0
         ``n``: iterates of epochs (steps) before ``skip`` are not stored.
@@ -338,7 +338,7 @@ class SubspaceWarmup(BaseEstimator):
         stored = set(_stored_counts(n_events, self.skip, self.stride)) if self.method == "svd" else set()
         self._check_n_components(len(stored), len(positions), n_batches)
         if self.n_epochs:
-            _check_loss_evaluates(network, loss_function, inputs[:batch_size], targets[:batch_size])
+            _check_loss_evaluates(network, loss, loss_function, inputs, targets, batch_size)
 
         rng = check_random_state(self.random_state)
         shuffle_seed, projection_seed = (int(s) for s in rng.randint(np.iinfo(np.int32).max, size=2))
@@ -576,9 +576,6 @@ def _cross_entropy(outputs, targets):
     if outputs.ndim != 2 or len(outputs) != len(targets):
         raise ValueError(f"loss='cross-entropy' needs logits of shape (n, n_classes); the module outputs "
                          f"shape {tuple(outputs.shape)}.")
-    if int(targets.max()) >= outputs.shape[1]:
-        raise ValueError(f"y has class index {int(targets.max())} but the module outputs "
-                         f"{outputs.shape[1]} logits per row.")
     return F.cross_entropy(outputs, targets)
 
 
@@ -606,12 +603,17 @@ def _make_loss(loss):
     raise ValueError(f"loss must be one of {list(LOSSES)} or a callable; got {loss!r}.")
 
 
-def _check_loss_evaluates(network, loss_function, inputs, targets) -> None:
-    """Evaluate the loss once on the first batch (no gradient) so that a shape or class mismatch
-    raises a ValueError before training."""
+def _check_loss_evaluates(network, loss, loss_function, inputs, targets, batch_size) -> None:
+    """Evaluate the loss once on the first batch (no gradient) so that a shape mismatch raises a
+    ValueError before training; for cross-entropy, first check every class index against the number
+    of logits (an index out of range would fail mid-training, or assert on a GPU)."""
     try:
         with torch.no_grad():
-            loss_function(network(inputs), targets)
+            outputs = network(inputs[:batch_size])
+            if loss == "cross-entropy" and outputs.ndim == 2 and int(targets.max()) >= outputs.shape[1]:
+                raise ValueError(f"y has class index {int(targets.max())} but the module outputs "
+                                 f"{outputs.shape[1]} logits per row.")
+            loss_function(outputs, targets[:batch_size])
     except ValueError:
         raise
     except (RuntimeError, IndexError, TypeError) as error:

@@ -188,6 +188,28 @@ def test_full_rank_subspace_contains_every_stored_iterate():
     assert torch.linalg.norm(A2 @ (A2.T @ theta) - theta) > 1e-6
 
 
+@pytest.mark.parametrize("store", ["epoch", "step"])
+def test_fit_takes_the_svd_of_the_stored_iterates(store, monkeypatch):
+    # record the matrix fit hands to the SVD step; check it against θ* and an independent NumPy SVD
+    import skfilter.warmup as warmup_module
+    seen = []
+
+    def recording(iterates, n_components, center=False):
+        seen.append(iterates.clone())
+        return top_right_singular_vectors(iterates, n_components, center)
+
+    monkeypatch.setattr(warmup_module, "top_right_singular_vectors", recording)
+    w = fit(parameters=["0.weight", "0.bias"], store=store, stride=2, n_components=3)
+    (E_mat,) = seen
+    assert E_mat.shape == (w.n_iterates_, len(w.positions_))
+    assert w.n_iterates_ == (3 if store == "epoch" else 9)  # 6 epochs × 3 batches of 16 rows
+    torch.testing.assert_close(E_mat[-1], w.offset_[w.positions_], atol=0, rtol=0)  # the last one stored
+    assert torch.unique(E_mat, dim=0).shape[0] == w.n_iterates_  # distinct iterates
+    _, s_np, vt = np.linalg.svd(E_mat.numpy(), full_matrices=False)
+    np.testing.assert_allclose(w.singular_values_.numpy(), s_np[:3], rtol=1e-10)
+    np.testing.assert_allclose(np.abs(vt[:3] @ w.components_.numpy()), np.eye(3), atol=1e-10)
+
+
 def test_centered_svd_differs_from_raw():
     raw = fit(n_components=2)
     centered = fit(n_components=2, center=True)
@@ -322,8 +344,15 @@ def test_loss_shape_mismatch_raises_before_training():
     X, labels, _ = _classification()
     with pytest.raises(ValueError, match="column"):
         fit(X=X, y=np.c_[labels, labels].astype(float), net=make_net(n_out=1))
-    with pytest.raises(ValueError, match="class index"):
+    with pytest.raises(ValueError, match="class index 2"):
         SubspaceWarmup(n_components=1, n_epochs=2).fit(X, labels + 1, module=make_net(n_out=2), loss="cross-entropy")
+    late_bad = labels.copy()
+    late_bad[-1] = 5  # outside the first batch: still caught before training
+    with pytest.raises(ValueError, match="class index 5"):
+        SubspaceWarmup(n_components=1, n_epochs=2, batch_size=8).fit(X, late_bad, module=make_net(n_out=2),
+                                                                      loss="cross-entropy")
+    with pytest.raises(ValueError, match="could not be evaluated"):
+        fit(net=make_net(n_in=3))  # X has 2 columns
     with pytest.raises(ValueError, match="one logit"):
         SubspaceWarmup(n_components=1, n_epochs=2).fit(X, labels, module=make_net(n_out=2),
                                                        loss="binary-cross-entropy")
