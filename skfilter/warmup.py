@@ -501,7 +501,7 @@ def _projected_positions(named, parameters):
             raise ValueError("parameters is an empty list; pass None to project every learned parameter.")
         duplicates = sorted({n for n in parameters if parameters.count(n) > 1})
         if duplicates:
-            raise ValueError(f"parameters names {duplicates} more than once.")
+            raise ValueError(f"parameters lists the name(s) {duplicates} more than once.")
         unknown = [n for n in parameters if n not in learned_names]
         if unknown:
             raise ValueError(f"Unknown parameter name(s) {unknown}: the module's learned parameters "
