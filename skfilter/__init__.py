@@ -11,6 +11,9 @@ LRKFRegressor, LRKFClassifier, HiLoFiRegressor, HiLoFiClassifier, LoLoFiRegresso
     separate last-layer block).
 WoLFRegressor, WoLFClassifier
     Outlier-robust (weighted-likelihood) filtering over any of the above.
+SubspaceRegressor, SubspaceClassifier, PULSERegressor, PULSEClassifier
+    Filters in a low-dimensional subspace of the weights found by an Adam warm-up (the subspace EKF),
+    or of the hidden layers with a full-covariance last layer (PULSE), for large networks.
 BOCDRegressor, BOCDClassifier
     Run-length mixtures (Bayesian online changepoint detection and the BONE family) over any of the
     above, for non-stationary streams.
@@ -23,6 +26,7 @@ from .lofi import LoFiClassifier, LoFiRegressor
 from .low_rank import (HiLoFiClassifier, HiLoFiRegressor, LoLoFiClassifier, LoLoFiRegressor, LRKFClassifier,
                        LRKFRegressor)
 from .pipeline import PartialPipeline, make_partial_pipeline
+from .subspace import PULSEClassifier, PULSERegressor, SubspaceClassifier, SubspaceRegressor
 from ._show_versions import show_versions
 from .wolf import WoLFClassifier, WoLFRegressor
 
@@ -30,6 +34,7 @@ __version__ = "0.1.0.dev0"
 
 __all__ = ["EKFRegressor", "EKFClassifier", "LoFiRegressor", "LoFiClassifier", "LRKFRegressor",
            "LRKFClassifier", "HiLoFiRegressor", "HiLoFiClassifier", "LoLoFiRegressor", "LoLoFiClassifier",
+           "SubspaceRegressor", "SubspaceClassifier", "PULSERegressor", "PULSEClassifier",
            "WoLFRegressor", "WoLFClassifier",
            "BOCDRegressor", "BOCDClassifier", "FilterStepError", "PartialPipeline", "make_partial_pipeline",
            "show_versions", "__version__"]

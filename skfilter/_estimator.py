@@ -359,10 +359,11 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
         adapter = make_adapter(module, cfg["device"], cfg["dtype"], X.shape[1])
         self._check_module_outputs(adapter.n_outputs)
         self._device, self._dtype = cfg["device"], cfg["dtype"]
-        self._adapter = adapter
         self._shuffle_rng = np.random.RandomState(int(rng.randint(0, 2**31 - 1)))
         self._mc_seed = int(rng.randint(0, 2**31 - 1))
         self._likelihood = self._make_likelihood(adapter.n_outputs, cfg)
+        adapter = self._reparametrize(adapter, X, Y, weights, cfg)
+        self._adapter = adapter
         self._structure = self._make_structure(cfg)
         mean0, var0 = self._prior(adapter, X, Y, cfg, weights)
         self._reference = Reference(mean0, var0)
@@ -371,6 +372,11 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
         self.n_params_ = adapter.n_params
         self._structural_values = {k: getattr(self, k) for k in self._structural_param_names()}
         self.filter_state_ = FilterState(prior, noise, 0)
+
+    def _reparametrize(self, adapter, X, Y, weights, cfg):
+        """The model the filter learns, from the network's adapter: the adapter itself (subclasses that
+        learn other coordinates, e.g. a subspace of the weights, return their own adapter)."""
+        return adapter
 
     def _structural_param_names(self):
         return (self._structural_params + self._target_structural_params + self._structure_structural_params
@@ -520,7 +526,9 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
 
     def _move(self, device, dtype):
         """Move a fitted estimator to another device/dtype (after ``set_params(device=...)``)."""
-        self._adapter = make_adapter(self._adapter.module, device, dtype, self.n_features_in_)
+        moved = getattr(self._adapter, "moved", None)  # a reparametrised model moves itself
+        self._adapter = (moved(device, dtype, self.n_features_in_) if moved is not None
+                         else make_adapter(self._adapter.module, device, dtype, self.n_features_in_))
         move = lambda v: v.to(device=device, dtype=dtype)  # noqa: E731
         belief, noise, n_seen, log_weights = self.filter_state_
         noise = None if noise is None else {k: move(v) for k, v in noise.items()}

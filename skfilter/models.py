@@ -296,6 +296,24 @@ class ModuleAdapter:
             raise ValueError(f"The parameter blocks must cover every learned parameter; missing: {missing}.")
         return out
 
+    @property
+    def parameter_names(self) -> list:
+        """Names of the learned parameters, in the flat order of ``θ``."""
+        return list(self._names)
+
+    def positions_of(self, names) -> torch.Tensor:
+        """The flat positions (a 1-d ``LongTensor``, in increasing order) of the learned parameters
+        ``names`` (as in ``module.named_parameters()``); ``ValueError`` for an unknown name."""
+        position = {name: j for j, name in enumerate(self._names)}
+        unknown = [n for n in names if n not in position]
+        if unknown:
+            raise ValueError(f"{unknown} are not learned parameters of the module; its learned parameters are "
+                             f"{self._names}.")
+        js = sorted({position[n] for n in names})
+        if not js:
+            return torch.zeros(0, dtype=torch.long)
+        return torch.cat([torch.arange(self._offsets[j], self._offsets[j + 1]) for j in js])
+
     # -- flat θ ------------------------------------------------------------------------------
     def initial_theta(self) -> torch.Tensor:
         """The module's current weights as one flat vector (a copy): the prior mean."""
@@ -649,3 +667,149 @@ def build_module(module, module_kwargs: dict, *, n_inputs: int, n_outputs: int,
             raise ValueError("module__* parameters only apply when module is a class, not an instance.")
         return copy.deepcopy(module)
     raise TypeError(f"module must be None, a torch.nn.Module subclass or instance; got {module!r}.")
+
+
+class SubspaceAdapter:
+    """A model adapter over an affine subspace of another adapter's parameters (thesis §5.1–§5.2).
+
+    The filter's parameters are ``φ = (z, w)``: ``z`` (``d``) the coordinates of the projected
+    parameters in a fixed subspace, and ``w`` the parameters kept as they are (PULSE's last layer;
+    none for the subspace EKF). The network's flat parameters are
+
+        ``θ(φ) = θ*`` with ``θ[projected] += A z`` and ``θ[kept] = w``,
+
+    ``A`` (``D_sub × d``, orthonormal columns from a warm-up, :class:`skfilter.warmup.SubspaceWarmup`)
+    and ``θ*`` (``D``) fixed, so ``h(φ, x) = h_base(θ(φ), x)`` and its Jacobian is the base Jacobian
+    restricted to the projected positions times ``A`` next to the kept columns:
+    ``∂h/∂z = (∂h/∂θ)[:, projected] A`` (``C × d``) and ``∂h/∂w = (∂h/∂θ)[:, kept]`` — nothing
+    ``D × D`` is formed (Alg. 12 l. 6, ``J = H A``). With ``A = I``, ``θ* = 0`` and nothing kept,
+    it is the base model.
+
+    Parameters
+    ----------
+    base : ModuleAdapter
+        The network's adapter (its flat ``θ``).
+    components : torch.Tensor of shape (D_sub, d)
+        ``A``.
+    offset : torch.Tensor of shape (D,)
+        ``θ*``; its entries at the kept positions are unused (``w`` replaces them).
+    projected : torch.Tensor of shape (D_sub,), optional
+        Flat positions of ``θ`` that ``A`` spans (default: all ``D``).
+    kept : torch.Tensor, optional
+        Flat positions of ``θ`` learned in their own coordinates (``w``), disjoint from
+        ``projected``; with ``projected`` they must cover ``0 … D−1``.
+
+    Attributes
+    ----------
+    n_params : int
+        ``d + len(kept)``.
+    blocks : OrderedDict
+        ``{'hidden': slice(0, d), 'last': slice(d, n_params)}`` when parameters are kept, else
+        ``{'subspace': slice(0, d)}``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from skfilter.models import SubspaceAdapter, make_adapter, make_mlp
+    >>> base = make_adapter(make_mlp(2, (3,), 1, seed=0), torch.device("cpu"), torch.float64, 2)
+    >>> A = torch.linalg.qr(torch.randn(base.n_params, 2, dtype=torch.float64)).Q
+    >>> sub = SubspaceAdapter(base, A, base.initial_theta())
+    >>> X = torch.ones(4, 2, dtype=torch.float64)
+    >>> f, J = sub.forward_jacobian(torch.zeros(2, dtype=torch.float64), X)
+    >>> J.shape, bool(torch.allclose(f, base.forward(base.initial_theta(), X)))
+    (torch.Size([4, 1, 2]), True)
+    """
+
+    def __init__(self, base, components, offset, projected=None, kept=None):
+        self.base = base
+        like = base.initial_theta()
+        opts = {"device": like.device, "dtype": like.dtype}
+        D = base.n_params
+        self.components = torch.as_tensor(components).to(**opts)
+        self.offset = torch.as_tensor(offset).to(**opts).reshape(-1).clone()
+        if self.offset.shape[0] != D:
+            raise ValueError(f"The offset has {self.offset.shape[0]} entries but the network has {D} parameters.")
+        self.projected = (torch.arange(D) if projected is None else torch.as_tensor(projected).long()).to(like.device)
+        self.kept = (torch.zeros(0, dtype=torch.long) if kept is None else torch.as_tensor(kept).long()).to(like.device)
+        if self.components.dim() != 2 or self.components.shape[0] != self.projected.shape[0]:
+            raise ValueError(f"The components must have shape ({self.projected.shape[0]}, d) (one row per projected "
+                             f"parameter); got {tuple(self.components.shape)}.")
+        covered = torch.zeros(D, dtype=torch.long)
+        covered[self.projected.cpu()] += 1
+        covered[self.kept.cpu()] += 1
+        if not bool((covered == 1).all()):
+            raise ValueError("The projected and kept positions must partition the network's parameters.")
+        self.n_components = int(self.components.shape[1])
+        self.n_params = self.n_components + int(self.kept.shape[0])
+        self._all_projected = projected is None or (self.kept.numel() == 0 and bool(
+            (self.projected == torch.arange(D, device=like.device)).all()))
+        if self.kept.numel():
+            self.blocks = OrderedDict(hidden=slice(0, self.n_components), last=slice(self.n_components, self.n_params))
+        else:
+            self.blocks = OrderedDict(subspace=slice(0, self.n_components))
+
+    # -- the attributes of a model adapter the engine reads --------------------------------------
+    @property
+    def module(self):
+        return self.base.module
+
+    @property
+    def device(self):
+        return self.base.device
+
+    @property
+    def dtype(self):
+        return self.base.dtype
+
+    @property
+    def n_outputs(self):
+        return self.base.n_outputs
+
+    @property
+    def train_mode_layers(self):
+        return self.base.train_mode_layers
+
+    # -- φ ↔ θ ---------------------------------------------------------------------------------
+    def full_theta(self, phi: torch.Tensor) -> torch.Tensor:
+        """``θ(φ)`` of shape ``(..., D)`` for ``φ (..., n_params)`` (class docstring)."""
+        z = phi[..., :self.n_components]
+        step = z @ self.components.T  # (..., D_sub)
+        if self._all_projected:
+            return self.offset + step
+        theta = self.offset.expand(*phi.shape[:-1], self.offset.shape[0]).clone()
+        theta[..., self.projected] += step
+        if self.kept.numel():
+            theta[..., self.kept] = phi[..., self.n_components:]
+        return theta
+
+    def initial_theta(self) -> torch.Tensor:
+        """``φ₀ = (0, θ*[kept])``: the network at the offset."""
+        return torch.cat([self.offset.new_zeros(self.n_components), self.offset[self.kept]])
+
+    def write_to_module(self, phi: torch.Tensor):
+        """Write ``θ(φ)`` into the network and return it."""
+        return self.base.write_to_module(self.full_theta(phi))
+
+    # -- h(φ, X) and its Jacobian --------------------------------------------------------------
+    def forward(self, phi, X):
+        """``h(θ(φ), X)``: ``(n, C)`` for ``φ (n_params,)``, ``(..., n, C)`` for ``φ (..., n_params)``."""
+        return self.base.forward(self.full_theta(phi), X)
+
+    def forward_batch(self, phis, X):
+        """``h(θ(φ_s), X)`` for ``φ (S, n_params)``: ``(S, n, C)``."""
+        return self.base.forward(self.full_theta(phis), X)
+
+    def forward_jacobian(self, phi, X):
+        """Outputs ``(…, n, C)`` and ``∂h/∂φ`` ``(…, n, C, n_params)``: the base Jacobian at
+        ``θ(φ)`` with its projected columns multiplied by ``A`` (class docstring)."""
+        f, J = self.base.forward_jacobian(self.full_theta(phi), X)
+        Jz = (J if self._all_projected else J[..., self.projected]) @ self.components
+        if not self.kept.numel():
+            return f, Jz
+        return f, torch.cat([Jz, J[..., self.kept]], dim=-1)
+
+    def moved(self, device, dtype, n_inputs):
+        """This adapter on another device/dtype (the network moved with it)."""
+        base = make_adapter(self.base.module, device, dtype, n_inputs)
+        return SubspaceAdapter(base, self.components, self.offset, None if self._all_projected else self.projected,
+                               self.kept if self.kept.numel() else None)

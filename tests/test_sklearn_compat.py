@@ -6,7 +6,8 @@ Expected failures are listed here, once, each with the reason it is expected.
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skfilter import (EKFClassifier, EKFRegressor, HiLoFiClassifier, HiLoFiRegressor, LoFiClassifier, LoFiRegressor,
-                      LoLoFiClassifier, LoLoFiRegressor, LRKFClassifier, LRKFRegressor)
+                      LoLoFiClassifier, LoLoFiRegressor, LRKFClassifier, LRKFRegressor, PULSEClassifier,
+                      PULSERegressor, SubspaceClassifier, SubspaceRegressor)
 
 #: check name -> reason, shared by every filter estimator
 EXPECTED_FAILED_CHECKS = {
@@ -38,6 +39,12 @@ def _estimators():
         HiLoFiClassifier(hidden_rank=3, likelihood="moment-matched", **small),
         LoLoFiRegressor(hidden_rank=10, last_rank=5, **small),
         LoLoFiClassifier(hidden_rank=10, last_rank=10, **small),
+        SubspaceRegressor(n_components=5, **small),
+        SubspaceRegressor(n_components=5, covariance="lofi", rank=2, **small),
+        SubspaceClassifier(n_components=5, **small),
+        PULSERegressor(n_components=3, **small),
+        PULSEClassifier(n_components=3, **small),
+        PULSEClassifier(n_components=3, mean_update="fixed-point", likelihood="moment-matched", **small),
     ]
 
 

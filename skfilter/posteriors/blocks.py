@@ -17,7 +17,20 @@ noise. In whitened units (``R = I``), with ``H_b`` the columns of ``Hw`` of bloc
 all from the same predicted belief. For a full block this is exactly DEKF's
 ``K_b = Σ_b H_bᵀ S⁻¹``, ``Σ_b' = Σ_b − K_b S K_bᵀ`` (the marginal block of the exact posterior); for
 LoFi or diagonal blocks it is that block's projection of it. With a single block ``N = I`` and the
-composite is its block's structure. ``N_b`` is summed over the other blocks directly (never
+composite is its block's structure.
+
+**Mean-field update** (``coupling='mean-field'``: PULSE, thesis §5.2, Theorem 5.3 and Alg. 14 as
+corrected). The block mean-field posterior ``q(θ) = Π_b N(θ_b | m_b, Σ_b)`` of recursive variational
+inference under the linearised likelihood keeps each block's *precision* block of the exact
+posterior, ``Σ_b'⁻¹ = Σ_b⁻¹ + H_bᵀ H_b``, while the means solve the coupled fixed point
+``Δ_b = Σ_b' H_bᵀ (e − Σ_{c≠b} H_c Δ_c)``, whose solution is the exact joint mean update
+``Δ_b = Σ_b H_bᵀ S⁻¹ e`` (Theorem 5.3's ``K̂``, without its two ``d × d`` inverses). Block ``b`` is
+therefore updated by its own structure with rows ``H_b`` and residual ``r_b = (I + Q_b) S⁻¹ e``
+(its own gain ``Σ_b H_bᵀ (I + Q_b)⁻¹`` then gives that ``Δ_b``). ``coupling='fixed-point'`` solves
+the same fixed point by Gauss–Seidel sweeps over the blocks,
+``r_b ← e − Σ_{c≠b} Q_c (I + Q_c)⁻¹ r_c`` (``m × m`` algebra only), stopping when no ``r_b`` moves
+by more than ``tol · max(1, ‖e‖)`` or after ``max_iter`` sweeps; ``coupling='decoupled'`` is the
+original PULSE, each block updated as if the others were known (``r_b = e``). ``N_b`` is summed over the other blocks directly (never
 ``S − Q_b``, which cancels when block ``b`` dominates the row) and factored by
 :func:`~skfilter.posteriors._base.psd_factor` (Cholesky, or the eigenvalues raised to the bound
 ``N_b ⪰ I`` where the rounding of a stiff row left them below); each block's own update is
@@ -56,6 +69,12 @@ class BlockDiagonal(Structure):
     blocks : dict
         ``{name: (indices, structure)}``: ``indices`` a ``slice`` or a 1-d integer tensor of the
         block's parameters in the flat ``θ``; the blocks must partition ``0 … P−1``.
+    coupling : {'marginal', 'mean-field', 'fixed-point', 'decoupled'}, default='marginal'
+        How the blocks share an observation (module docstring): the marginal blocks of the exact
+        posterior (the decoupled EKF), the block mean-field posterior with the exact coupled means
+        (PULSE), the same solved by fixed-point sweeps, or the original decoupled PULSE.
+    tol, max_iter : float, int
+        Stopping rule of ``coupling='fixed-point'``.
 
     Examples
     --------
@@ -72,9 +91,14 @@ class BlockDiagonal(Structure):
 
     belief_type = BlockBelief
 
-    def __init__(self, blocks: dict):
+    COUPLINGS = ("marginal", "mean-field", "fixed-point", "decoupled")
+
+    def __init__(self, blocks: dict, coupling: str = "marginal", tol: float = 1e-10, max_iter: int = 100):
         if not blocks:
             raise ValueError("BlockDiagonal needs at least one block.")
+        if coupling not in self.COUPLINGS:
+            raise ValueError(f"coupling must be one of {self.COUPLINGS}; got {coupling!r}.")
+        self.coupling, self.tol, self.max_iter = coupling, float(tol), int(max_iter)
         self.names = tuple(blocks)
         self.indices = tuple(blocks[n][0] for n in self.names)
         self.structures = tuple(blocks[n][1] for n in self.names)
@@ -123,6 +147,12 @@ class BlockDiagonal(Structure):
              for i in chosen}
         eye = torch.eye(m, dtype=Hw.dtype, device=Hw.device)
         blocks = list(belief.blocks)
+        if self.coupling != "marginal" and len(chosen) > 1:
+            residuals = self._mean_field_residuals(chosen, Q, ew, eye)
+            for i in chosen:
+                spare = None if workspace is None else workspace.blocks[i]
+                blocks[i], _ = self.structures[i].update(blocks[i], H[i], residuals[i], workspace=spare)
+            chosen = []
         for i in chosen:
             if len(chosen) == 1:
                 Hb, eb = H[i], ew
@@ -139,6 +169,30 @@ class BlockDiagonal(Structure):
             return psd_factor(eye + sum(Q.values())), ew
 
         return BlockBelief(mean, blocks), UpdateInfo(factor)
+
+    def _mean_field_residuals(self, chosen, Q, ew, eye):
+        """``{b: r_b}``: the residual block ``b``'s own update needs for the mean-field means
+        (module docstring), by ``coupling``."""
+        if self.coupling == "decoupled":
+            return {i: ew for i in chosen}
+        if self.coupling == "mean-field":  # r_b = (I + Q_b) S⁻¹ e, S = I + Σ_c Q_c
+            L = psd_factor(eye + sum(Q.values()))
+            u = torch.cholesky_solve(ew.unsqueeze(-1), L)
+            return {i: (u + Q[i] @ u)[..., 0] for i in chosen}
+        # fixed point by Gauss–Seidel sweeps: r_b ← e − Σ_{c≠b} M_c r_c with M_c = Q_c (I + Q_c)⁻¹
+        M = {i: torch.linalg.solve(eye + Q[i], Q[i]) for i in chosen}  # (I + Q)⁻¹ Q = Q (I + Q)⁻¹
+        r = {i: ew for i in chosen}
+        moved = {i: M[i] @ ew.unsqueeze(-1) for i in chosen}
+        bound = self.tol * torch.clamp(torch.linalg.vector_norm(ew, dim=-1).max(), min=1.0)
+        for _ in range(self.max_iter):
+            change = ew.new_zeros(())
+            for i in chosen:
+                new = ew - sum(moved[c] for c in chosen if c != i)[..., 0]
+                change = torch.maximum(change, torch.linalg.vector_norm(new - r[i], dim=-1).max())
+                r[i], moved[i] = new, M[i] @ new.unsqueeze(-1)
+            if change <= bound:
+                break
+        return r
 
     def quadratic_form(self, belief, J):
         return sum(s.quadratic_form(b, J[_index(ix)])
