@@ -29,7 +29,8 @@ the coupled fixed point of Theorem 5.3, whose solution is the joint EKF mean upd
 hidden block (``P_z = 0``) it is Bayesian linear regression on the last layer.
 
 **Warm-up** (``warmup``): a fraction of the first ``fit``/``partial_fit`` call's rows (default), a
-number of them, separate data ``(X_warmup, y_warmup)``, or a fitted
+number of them (rows of zero ``sample_weight`` left out; the warm-up does not weight the others), separate
+data ``(X_warmup, y_warmup)``, or a fitted
 :class:`~skfilter.warmup.SubspaceWarmup` (reused as is: its network, ``A`` and ``θ*``; one warm-up
 with ``d`` components serves every ``n_components ≤ d``). ``warmup__<name>`` parameters set the
 internal warm-up (``warmup__n_epochs=50``, ``warmup__learning_rate=1e-3``, …). The filter then
@@ -114,8 +115,9 @@ class _SubspaceModel:
             return "mse"
         return "binary-cross-entropy" if self._network_outputs == 1 else "cross-entropy"
 
-    def _warmup_rows(self, X, Y):
-        """The warm-up data: rows of the first call (``warmup`` a fraction or a count) or separate data."""
+    def _warmup_rows(self, X, Y, weights=None):
+        """The warm-up data: rows of the first call (``warmup`` a fraction or a count; rows of zero
+        sample weight left out, as the filter's update leaves them) or separate data."""
         w = self.warmup
         if isinstance(w, tuple):
             Xw, yw = _check_warmup_data(w)
@@ -133,7 +135,10 @@ class _SubspaceModel:
             k = int(w)
         else:
             k = max(1, int(math.ceil(float(w) * n)))
-        return X[:k], self._warmup_targets(Y[:k], encoded=True)
+        rows = slice(0, k)
+        if weights is not None and np.any(np.asarray(weights[:k]) > 0):
+            rows = np.flatnonzero(np.asarray(weights[:k]) > 0)
+        return X[rows], self._warmup_targets(Y[rows], encoded=True)
 
     def _warmup_targets(self, y, encoded=False):
         """Targets in the form :meth:`SubspaceWarmup.fit` takes for :meth:`_warmup_loss`."""
@@ -195,7 +200,7 @@ class _SubspaceModel:
                 raise ValueError(f"n_components={int(self.n_components)} but the fitted SubspaceWarmup has "
                                  f"{warm.components_.shape[1]} components: lower n_components or refit the warm-up.")
             return warm, base
-        Xw, Yw = self._warmup_rows(X, Y)
+        Xw, Yw = self._warmup_rows(X, Y, weights)
         names = self._projected_names(base)
         warm = SubspaceWarmup(n_components=int(self.n_components), random_state=self._mc_seed,
                               **self._prefixed("warmup__"))
@@ -320,10 +325,10 @@ _NETWORK_DOC = """\
 
 _SUBSPACE_DOC = {
     "subspace": """\
-    n_components : int, default=10
+    n_components : int, default=20
         ``d``, the dimension of the subspace ``θ = A z + θ*`` the filter learns in (at most the
         number of iterates the warm-up stores: ``warmup__n_epochs`` with its default storage).
-    warmup : float, int, (X_warmup, y_warmup) or fitted SubspaceWarmup, default=0.25
+    warmup : float, int, (X_warmup, y_warmup) or fitted SubspaceWarmup, default=0.5
         The warm-up that fixes ``A`` and ``θ*`` (module docstring): a fraction or a number of the
         first call's rows, separate data, or a fitted :class:`~skfilter.warmup.SubspaceWarmup`
         (its network, ``A`` and ``θ*`` are used; ``module`` is then ignored).
@@ -333,9 +338,9 @@ _SUBSPACE_DOC = {
     rank : int, default=10
         LoFi's rank with ``covariance='lofi'`` (ignored otherwise).""",
     "pulse": """\
-    n_components : int, default=10
+    n_components : int, default=20
         ``d_hidden``, the dimension of the hidden layers' subspace ``ψ = A z + ψ*``.
-    warmup : float, int, (X_warmup, y_warmup) or fitted SubspaceWarmup, default=0.25
+    warmup : float, int, (X_warmup, y_warmup) or fitted SubspaceWarmup, default=0.5
         The warm-up that fixes ``A`` and ``ψ*`` and the last layer's prior mean (module docstring):
         a fraction or a number of the first call's rows, separate data, or a
         :class:`~skfilter.warmup.SubspaceWarmup` fitted with ``parameters=`` the hidden layers'
@@ -478,7 +483,7 @@ class SubspaceRegressor(_Subspace, FilterRegressorMixin, BaseFilter):
     >>> reg.n_params_, reg.warmup_.components_.shape
     (5, torch.Size([101, 5]))""")
 
-    def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, n_components=10, warmup=0.25,
+    def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, n_components=20, warmup=0.5,
                  covariance="full", rank=10, prior_variance="auto", obs_variance="auto", likelihood="gaussian",
                  process_noise=0.0, decay=1.0, n_epochs=1, shuffle=False, batch_size=1, predictive="linearized",
                  n_mc_samples=100, random_state=None, device="cpu", dtype=None, verbose=0, warm_start=False,
@@ -504,7 +509,7 @@ class SubspaceClassifier(_Subspace, LikelihoodParameterMixin, FilterClassifierMi
     >>> clf.predict([[2.0, 2.0], [-2.0, -2.0]])
     array([1, 0])""")
 
-    def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, n_components=10, warmup=0.25,
+    def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, n_components=20, warmup=0.5,
                  covariance="full", rank=10, prior_variance="auto", likelihood="categorical",
                  moment_matched_jitter=0.01, process_noise=0.0, decay=1.0, n_epochs=1, shuffle=False, batch_size=1,
                  predictive="probit", n_mc_samples=100, random_state=None, device="cpu", dtype=None, verbose=0,
@@ -532,7 +537,7 @@ class PULSERegressor(_PULSE, FilterRegressorMixin, BaseFilter):
     >>> reg.n_params_  # d + the last layer's 20 weights and bias
     26""")
 
-    def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, n_components=10, warmup=0.25,
+    def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, n_components=20, warmup=0.5,
                  mean_update="coupled", tol=1e-10, max_iter=100, last_layer=None, prior_variance="auto",
                  obs_variance="auto", likelihood="gaussian", process_noise=0.0, last_process_noise=None, decay=1.0,
                  n_epochs=1, shuffle=False, batch_size=1, predictive="linearized", n_mc_samples=100,
@@ -559,7 +564,7 @@ class PULSEClassifier(_PULSE, LikelihoodParameterMixin, FilterClassifierMixin, B
     >>> clf.predict([[2.0, 2.0], [-2.0, -2.0]])
     array([1, 0])""")
 
-    def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, n_components=10, warmup=0.25,
+    def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, n_components=20, warmup=0.5,
                  mean_update="coupled", tol=1e-10, max_iter=100, last_layer=None, prior_variance="auto",
                  likelihood="categorical", moment_matched_jitter=0.01, process_noise=0.0, last_process_noise=None,
                  decay=1.0, n_epochs=1, shuffle=False, batch_size=1, predictive="probit", n_mc_samples=100,

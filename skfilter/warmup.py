@@ -519,7 +519,7 @@ def _check_inputs(X, dtype, device) -> torch.Tensor:
         inputs = X.detach()
     else:
         try:
-            inputs = torch.as_tensor(np.asarray(X, dtype=np.float64))
+            inputs = torch.as_tensor(np.array(X, dtype=np.float64))  # a copy: X may be read-only
         except (TypeError, ValueError) as error:
             raise ValueError(f"X must be a numeric array of shape (n_samples, n_features): {error}") from None
     if inputs.ndim != 2 or inputs.shape[0] < 1 or inputs.shape[1] < 1:

@@ -56,7 +56,8 @@ def estimators(task, seed):
 
     from .. import (BOCDClassifier, BOCDRegressor, EKFClassifier, EKFRegressor, HiLoFiClassifier, HiLoFiRegressor,
                     LoFiClassifier, LoFiRegressor, LoLoFiClassifier, LoLoFiRegressor, LRKFClassifier, LRKFRegressor,
-                    WoLFClassifier, WoLFRegressor)
+                    PULSEClassifier, PULSERegressor, SubspaceClassifier, SubspaceRegressor, WoLFClassifier,
+                    WoLFRegressor)
 
     if task == "classification":
         return {
@@ -67,6 +68,8 @@ def estimators(task, seed):
             "LRKFClassifier": LRKFClassifier(random_state=seed),
             "HiLoFiClassifier": HiLoFiClassifier(random_state=seed),
             "LoLoFiClassifier": LoLoFiClassifier(random_state=seed),
+            "SubspaceClassifier": SubspaceClassifier(random_state=seed),
+            "PULSEClassifier": PULSEClassifier(random_state=seed),
             "WoLFClassifier": WoLFClassifier(LoFiClassifier(random_state=seed)),
             "BOCDClassifier": BOCDClassifier(LoFiClassifier(random_state=seed)),
             "MLPClassifier": MLPClassifier(random_state=seed),
@@ -79,6 +82,8 @@ def estimators(task, seed):
         "LRKFRegressor": LRKFRegressor(random_state=seed),
         "HiLoFiRegressor": HiLoFiRegressor(random_state=seed),
         "LoLoFiRegressor": LoLoFiRegressor(random_state=seed),
+        "SubspaceRegressor": SubspaceRegressor(random_state=seed),
+        "PULSERegressor": PULSERegressor(random_state=seed),
         "WoLFRegressor": WoLFRegressor(LoFiRegressor(random_state=seed)),
         "BOCDRegressor": BOCDRegressor(LoFiRegressor(random_state=seed)),
         "MLPRegressor": MLPRegressor(random_state=seed),
