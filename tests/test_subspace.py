@@ -408,3 +408,14 @@ def test_streaming_one_row_at_a_time_after_a_first_chunk():
     assert streamed.n_samples_seen_ == 60
     # the warm-up saw the first call's rows in both cases, but a different number of them
     assert streamed.warmup_.n_iterates_ == whole.warmup_.n_iterates_
+
+
+@pytest.mark.parametrize("make", [lambda: SubspaceRegressor(n_components=4, random_state=0),
+                                  lambda: PULSERegressor(n_components=3, random_state=0)])
+def test_a_fitted_subspace_filter_moves_to_another_dtype(make):
+    X, y = _stream()
+    est = make().fit(X, y)
+    est.set_params(dtype="float32").partial_fit(X[:5], y[:5])
+    assert est.predict(X[:2]).dtype == np.float32
+    assert est._adapter.components.dtype == torch.float32 and est._adapter.offset.dtype == torch.float32
+    assert est.n_samples_seen_ == len(X) + 5
