@@ -1,0 +1,1 @@
+"""Factorization models learned by the decoupled EKF."""
