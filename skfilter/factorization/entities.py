@@ -1,0 +1,203 @@
+"""Entity tables: the block-diagonal Gaussian belief of a factorization model, one block per entity.
+
+Gómez-Uribe & Karrer (§3.2–§3.3) keep one Gaussian block per *entity* (a user, an item, a tensor
+index, the block of numeric context weights, the global bias). An :class:`EntityTable` holds the
+blocks of one entity type as rows of growing tensors, so that memory grows with the entities seen:
+
+* ``mean (n, K)`` and ``cov (n, K, K)``: the block ``N(μ_i, Σ_i)`` of each entity's ``K`` parameters;
+* with drift towards a reference (Alg. 2), the reference vector's mean ``ref_mean (n, K)``, its
+  cross-covariance with the entity ``cross (n, K, K)`` (``Σ_0i = Cov(ξ_0i, ξ_i)``, rows index
+  ``ξ_0i``) and its covariance ``ref_cov (n, K, K)``, and the time ``last_time (n,)`` the block was
+  last brought forward.
+
+An entity is created on first sight from the stationary distribution of the dynamics (Eqs. 20–21):
+``μ_i = μ_0i = π_i``, ``Σ_i = Π_i + Ω_i / (1 − α_i²)``, ``Σ_0i = Σ_0i0 = Π_i`` (``Σ_i = Π_i`` without
+dynamics). ``π_i`` is drawn per entity (:class:`EntityPrior`): factor coordinates at random around 0,
+since a zero mean is a stationary point of a bilinear signal (nothing would ever be learned), biases
+and linear weights at their given centre.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+__all__ = ["EntityPrior", "EntityTable"]
+
+
+class EntityPrior:
+    """The prior ``N(π_i, Π_i)`` of a new entity's reference vector (diagonal ``Π``).
+
+    Parameters
+    ----------
+    mean : array-like of shape (K,)
+        The centre of ``π_i``.
+    variance : array-like of shape (K,)
+        The diagonal of ``Π_i``.
+    jitter : array-like of shape (K,), optional
+        Standard deviation of the random part of ``π_i`` (drawn once per entity, in creation order,
+        from the table's generator); zero where absent.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfilter.factorization.entities import EntityPrior
+    >>> prior = EntityPrior(np.zeros(3), np.full(3, 0.5), jitter=[0.0, 0.1, 0.1])
+    >>> prior.size
+    3
+    """
+
+    def __init__(self, mean, variance, jitter=None):
+        self.mean = np.asarray(mean, dtype=np.float64).reshape(-1)
+        self.variance = np.asarray(variance, dtype=np.float64).reshape(-1)
+        self.jitter = np.zeros_like(self.mean) if jitter is None else np.asarray(jitter, dtype=np.float64).reshape(-1)
+        if not (self.mean.shape == self.variance.shape == self.jitter.shape):
+            raise ValueError("mean, variance and jitter of an EntityPrior must have the same length.")
+        if np.any(self.variance < 0) or np.any(self.jitter < 0):
+            raise ValueError("An EntityPrior's variance and jitter must be non-negative.")
+
+    @property
+    def size(self) -> int:
+        return int(self.mean.shape[0])
+
+
+class EntityTable:
+    """The blocks of one entity type (module docstring), growing as new ids arrive.
+
+    Parameters
+    ----------
+    prior : EntityPrior
+        The reference prior of a new entity.
+    stationary_variance : float or array of shape (K,)
+        ``Ω / (1 − α²)`` added to ``Π`` in a new entity's covariance (0 without dynamics).
+    references : bool
+        Keep the reference state (Alg. 2); without it, only ``mean``, ``cov`` and ``last_time``.
+    learn_reference : bool
+        With ``references``: the reference vector is random with prior ``N(π_i, Π_i)`` and learned
+        jointly (``Σ_0i = Σ_0i0 = Π_i`` at creation); False: it is the fixed ``π_i``
+        (``Σ_0i = Σ_0i0 = 0``, so it never moves and the entity reverts to ``π_i``).
+    dtype, device
+        Of the tensors.
+    seed : int
+        Seeds the random part of the new entities' prior means.
+
+    Attributes
+    ----------
+    ids : dict
+        ``{id: row}``.
+    n_entities : int
+    """
+
+    def __init__(self, prior: EntityPrior, stationary_variance=0.0, references=False, learn_reference=True,
+                 dtype=torch.float64, device="cpu", seed=0):
+        self.prior = prior
+        self.K = prior.size
+        self.references = bool(references)
+        self.learn_reference = bool(learn_reference)
+        self.dtype, self.device = dtype, torch.device(device)
+        self.ids: dict = {}
+        self.n_entities = 0
+        self._rng = np.random.default_rng(seed)
+        opts = {"dtype": dtype, "device": self.device}
+        K = self.K
+        self._prior_var = torch.as_tensor(prior.variance, **opts)
+        self._stationary = torch.as_tensor(np.array(np.broadcast_to(np.asarray(stationary_variance, dtype=np.float64), (K,))),
+                                           **opts).clone()
+        cap = 4
+        self.mean = torch.zeros(cap, K, **opts)
+        self.cov = torch.zeros(cap, K, K, **opts)
+        self.last_time = torch.zeros(cap, dtype=torch.long, device=self.device)
+        if self.references:
+            self.ref_mean = torch.zeros(cap, K, **opts)
+            self.cross = torch.zeros(cap, K, K, **opts)
+            self.ref_cov = torch.zeros(cap, K, K, **opts)
+
+    # -- state ------------------------------------------------------------------------------------
+    def _fields(self):
+        names = ["mean", "cov", "last_time"]
+        if self.references:
+            names += ["ref_mean", "cross", "ref_cov"]
+        return names
+
+    @property
+    def capacity(self) -> int:
+        return int(self.mean.shape[0])
+
+    def _grow(self, needed: int):
+        cap = self.capacity
+        if needed <= cap:
+            return
+        new_cap = max(needed, 2 * cap)
+        for name in self._fields():
+            old = getattr(self, name)
+            new = old.new_zeros((new_cap,) + tuple(old.shape[1:]))
+            new[:cap] = old
+            setattr(self, name, new)
+
+    def new_blocks(self, n: int):
+        """``(π (n, K), N(π, Π + stationary) covariance (K, K), Π (K, K))`` for ``n`` new entities."""
+        opts = {"dtype": self.dtype, "device": self.device}
+        draws = self.prior.mean + self.prior.jitter * self._rng.standard_normal((n, self.K))
+        pi = torch.as_tensor(draws, **opts)
+        Pi = torch.diag(self._prior_var)
+        return pi, Pi + torch.diag(self._stationary), Pi
+
+    def rows(self, ids, time: int, create: bool = True) -> np.ndarray:
+        """Rows of ``ids`` (a sequence), creating the missing entities at ``time`` (or ``-1`` for a
+        missing id when ``create`` is False)."""
+        out = np.empty(len(ids), dtype=np.int64)
+        fresh = []
+        for j, key in enumerate(ids):
+            row = self.ids.get(key)
+            if row is None:
+                if not create:
+                    out[j] = -1
+                    continue
+                row = self.n_entities + len(fresh)
+                self.ids[key] = row
+                fresh.append(row)
+            out[j] = row
+        if fresh:
+            self._create(len(fresh), time)
+        return out
+
+    def _create(self, n: int, time: int):
+        start = self.n_entities
+        self._grow(start + n)
+        pi, cov, Pi = self.new_blocks(n)
+        rows = slice(start, start + n)
+        self.mean[rows] = pi
+        self.cov[rows] = cov
+        self.last_time[rows] = int(time)
+        if self.references:
+            self.ref_mean[rows] = pi
+            self.cross[rows] = Pi if self.learn_reference else 0.0
+            self.ref_cov[rows] = Pi if self.learn_reference else 0.0
+        self.n_entities = start + n
+
+    def state(self, rows):
+        """The blocks of ``rows`` (a LongTensor or ndarray): a dict of tensors (copies)."""
+        idx = torch.as_tensor(rows, dtype=torch.long, device=self.device)
+        return {name: getattr(self, name)[idx] for name in self._fields()}
+
+    def write(self, rows, state: dict):
+        """Write ``state`` (as :meth:`state` returns) back into ``rows``."""
+        idx = torch.as_tensor(rows, dtype=torch.long, device=self.device)
+        for name, value in state.items():
+            getattr(self, name)[idx] = value
+
+    def nbytes(self) -> int:
+        """Bytes held by the entities seen (not the spare capacity)."""
+        n = self.n_entities
+        return int(sum(getattr(self, name)[:n].numel() * getattr(self, name).element_size()
+                       for name in self._fields()))
+
+    def to(self, device, dtype):
+        """Move the tables (float fields to ``dtype``)."""
+        for name in self._fields():
+            value = getattr(self, name)
+            setattr(self, name, value.to(device=device) if name == "last_time" else value.to(device=device, dtype=dtype))
+        self._prior_var = self._prior_var.to(device=device, dtype=dtype)
+        self._stationary = self._stationary.to(device=device, dtype=dtype)
+        self.dtype, self.device = dtype, torch.device(device)
+        return self

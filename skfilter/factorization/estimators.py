@@ -1,0 +1,704 @@
+"""scikit-learn estimators of factorization models learned online by the decoupled EKF.
+
+:class:`FactorizationRegressor` (Gaussian ratings, or Poisson counts) and
+:class:`FactorizationClassifier` (clicks: Bernoulli; several classes: categorical logits) learn a
+factorization model (:mod:`skfilter.factorization.signals`) from a stream of events, one row per
+event, with the DEKF of Gómez-Uribe & Karrer (:mod:`skfilter.factorization.dekf`): each row updates
+only the entities it involves, new entities are created on first sight from the prior, and with
+``half_life`` every entity drifts towards a learned reference vector (an exact lazy predict over the
+rows since it was last seen).
+
+**The rows.** ``X`` holds entity ids in the ``entity_columns`` (integers, strings, pandas
+categoricals: any hashable values) and numeric context in the other columns. ``entity_columns='auto'``
+takes the non-numeric columns of a DataFrame (object, string, categorical) and no column of a numeric
+array — so that, as scikit-learn's checks need, a numeric ``X`` gives a model of numeric features
+only. The numeric context is standardised by the first call's rows (frozen, as the network filters
+do). An id never seen gets the prior of its column at prediction time.
+
+**Models** (``model``):
+
+* ``'fm'`` — factorization machine of order ``order`` (Rendle; paper Eq. 4–5) over every id (a
+  one-hot feature) and every numeric column, with a global bias; two id columns and no context give
+  matrix factorization with user, item and global biases;
+* ``'mf'`` — matrix factorization ``λ = w₀ + b_u + b_v + ξ_uᵀξ_v`` (two id columns; ``biases=False``
+  drops the biases), plus a linear term in the context;
+* ``'cp'`` — CP tensor factorization of the order of the number of id columns
+  ``λ = w₀ + Σ_i b_i + Σ_l Π_i ξ_{i,l}``, plus a linear term in the context;
+* ``'glm'`` — a generalised linear model: one weight per id and per numeric column.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.preprocessing import LabelEncoder
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.multiclass import type_of_target
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .._utils import resolve_device, resolve_dtype
+from .._validation import ValidatedParamsMixin, check_parameter_constraints
+from ..likelihoods import Bernoulli, Categorical, Gaussian, Poisson, probit_probabilities
+from ..priors import input_standardization, target_scale
+from .dekf import as_numpy_ids
+from .entities import EntityPrior
+from .model import FactorizationFilter, Slot
+from .signals import CPFactorization, FactorizationMachine, LinearSignal, MatrixFactorization
+
+__all__ = ["FactorizationRegressor", "FactorizationClassifier"]
+
+MODELS = ("fm", "mf", "cp", "glm")
+
+#: the online noise estimate of ``obs_variance='auto'`` (as the network regressors')
+_AUTO_NOISE = {"eps_min": 0.02, "residual_bound": 4.0}
+
+
+def _is_numeric_dtype(dtype) -> bool:
+    return np.issubdtype(dtype, np.number) or np.issubdtype(dtype, np.bool_)
+
+
+class _FactorizationBase(ValidatedParamsMixin, BaseEstimator):
+    """What the regressor and the classifier share (module docstring)."""
+
+    _parameter_constraints = {
+        "model": [StrOptions(set(MODELS))],
+        "entity_columns": [StrOptions({"auto"}), None, list, tuple],
+        "n_factors": [Interval(numbers.Integral, 1, None, closed="left")],
+        "order": [Interval(numbers.Integral, 2, None, closed="left")],
+        "biases": ["boolean"],
+        "prior_variance": [StrOptions({"auto"}), Interval(numbers.Real, 0, None, closed="neither")],
+        "bias_variance": [StrOptions({"auto"}), Interval(numbers.Real, 0, None, closed="neither")],
+        "init_scale": [Interval(numbers.Real, 0, None, closed="left")],
+        "half_life": [None, Interval(numbers.Real, 0, None, closed="neither")],
+        "drift_variance": [StrOptions({"auto"}), Interval(numbers.Real, 0, None, closed="left")],
+        "reference": [StrOptions({"learned", "fixed"})],
+        "iterations": [Interval(numbers.Integral, 1, None, closed="left")],
+        "tol": [Interval(numbers.Real, 0, None, closed="left")],
+        "n_epochs": [Interval(numbers.Integral, 1, None, closed="left")],
+        "random_state": ["random_state"],
+        "device": [str, torch.device],
+        "dtype": [None, StrOptions({"float64", "float32"})],
+    }
+
+    # -- parameters ---------------------------------------------------------------------------------
+    def _resolve(self):
+        check_parameter_constraints(self)
+        device = resolve_device(self.device)
+        return device, resolve_dtype(self.dtype, device)
+
+    # -- the rows -----------------------------------------------------------------------------------
+    def _split_columns(self, X, first):
+        """``(ids per entity column, numeric context (n, n_ctx) float64)`` of ``X``; on the first call
+        the entity columns are fixed (``entity_columns_``)."""
+        import pandas as pd
+
+        frame = X if isinstance(X, pd.DataFrame) else None
+        arr = None if frame is not None else np.asarray(X, dtype=object if not isinstance(X, np.ndarray) else None)
+        if arr is not None and arr.ndim != 2:
+            raise ValueError(f"Expected a 2D array of rows, got an array of shape {arr.shape}: reshape your data "
+                             "with array.reshape(-1, 1) for a single feature or array.reshape(1, -1) for a single "
+                             "sample.")
+        n_cols = frame.shape[1] if frame is not None else arr.shape[1]
+        if first:
+            self.entity_columns_ = self._entity_positions(frame, arr, n_cols)
+        ent = self.entity_columns_
+        ids, ctx = [], []
+        for j in range(n_cols):
+            col = frame.iloc[:, j] if frame is not None else arr[:, j]
+            if j in ent:
+                values = as_numpy_ids(col)
+                if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in values):
+                    raise ValueError(f"Entity column {j} has missing ids (None or NaN).")
+                ids.append(values)
+            else:
+                try:
+                    ctx.append(np.asarray(col, dtype=np.float64))
+                except (TypeError, ValueError):
+                    raise ValueError(f"Column {j} is not numeric; name it in entity_columns if it holds entity "
+                                     "ids.") from None
+        n = len(frame) if frame is not None else arr.shape[0]
+        context = np.column_stack(ctx) if ctx else np.zeros((n, 0))
+        if not np.all(np.isfinite(context)):
+            raise ValueError("Input X contains NaN or infinity in its numeric columns.")
+        return ids, context
+
+    def _entity_positions(self, frame, arr, n_cols):
+        spec = self.entity_columns
+        if spec is None:
+            return ()
+        if isinstance(spec, str):  # 'auto'
+            if frame is not None:
+                return tuple(j for j in range(n_cols) if not _is_numeric_dtype(frame.dtypes.iloc[j]))
+            return () if _is_numeric_dtype(arr.dtype) else tuple(range(n_cols))
+        out = []
+        names = list(frame.columns) if frame is not None else None
+        for c in spec:
+            if isinstance(c, (numbers.Integral, np.integer)) and not isinstance(c, bool):
+                if not 0 <= int(c) < n_cols:
+                    raise ValueError(f"entity_columns names column {c}, but X has {n_cols} columns.")
+                out.append(int(c))
+            elif names is not None and c in names:
+                out.append(names.index(c))
+            else:
+                raise ValueError(f"entity_columns names {c!r}, which is not a column of X.")
+        if len(set(out)) != len(out):
+            raise ValueError(f"entity_columns names a column twice: {list(spec)}.")
+        return tuple(sorted(out))
+
+    def _validate(self, X, y, first):
+        """Validated ``(ids, context, y)``; leaves nothing changed on error."""
+        import pandas as pd
+
+        if first:
+            # scikit-learn's bookkeeping (n_features_in_, feature_names_in_) and its checks of X
+            validate_data(self, X, reset=True, dtype=None, ensure_all_finite=False, skip_check_array=False)
+        else:
+            validate_data(self, X, reset=False, dtype=None, ensure_all_finite=False)
+        if not isinstance(X, pd.DataFrame):
+            X = np.asarray(X) if hasattr(X, "__array__") else np.asarray(X, dtype=object)
+        if getattr(X, "shape", (1,))[0] == 0:
+            raise ValueError("Found array with 0 sample(s) while a minimum of 1 is required.")
+        ids, context = self._split_columns(X, first)
+        if not first and context.shape[1] != self._n_context:
+            raise ValueError(f"X has {context.shape[1]} numeric columns; the model was fitted with {self._n_context}.")
+        return ids, context
+
+    # -- building the model -------------------------------------------------------------------------
+    def _signal_and_slots(self, n_ids, n_ctx, scale, factor_var, bias_var, jitter):
+        """The signal and its slots (module docstring), with each slot's entity prior."""
+        model, a = self.model, int(self.n_factors)
+        if model in ("mf", "cp") and n_ids < 2:
+            raise ValueError(f"model={model!r} needs at least two entity columns (mf exactly two); found {n_ids}. Set "
+                             "entity_columns, or use model='fm' or 'glm'.")
+        if model == "mf" and n_ids != 2:
+            raise ValueError(f"model='mf' needs exactly two entity columns (user, item); found {n_ids}: use "
+                             "model='cp' for more.")
+        context = n_ctx > 0
+
+        def prior(n_linear, n_factor, n_features=1, linear_var=bias_var):
+            mean = np.zeros(n_linear + n_factor)
+            var = np.concatenate([np.full(n_linear, linear_var), np.full(n_factor, factor_var)])
+            jit = np.concatenate([np.zeros(n_linear), np.full(n_factor, jitter)])
+            return EntityPrior(np.tile(mean, n_features), np.tile(var, n_features), np.tile(jit, n_features))
+
+        slots = []
+        if model == "glm":
+            signal = LinearSignal()
+            slots = [Slot(f"column {j}", 1, False, prior(1, 0)) for j in self.entity_columns_]
+            if context:
+                slots.append(Slot("context", n_ctx, True, prior(1, 0, n_ctx, bias_var / n_ctx)))
+        elif model == "fm":
+            signal = FactorizationMachine(a, order=int(self.order))
+            n_fac = signal.n_params_per_feature - 1
+            slots = [Slot(f"column {j}", 1, False, prior(1, n_fac)) for j in self.entity_columns_]
+            if context:
+                slots.append(Slot("context", n_ctx, True, prior(1, n_fac, n_ctx, bias_var / n_ctx)))
+        else:
+            cls = MatrixFactorization if model == "mf" else CPFactorization
+            kwargs = {"biases": bool(self.biases), "context": context}
+            if model == "cp":
+                kwargs["order"] = n_ids
+            signal = cls(a, **kwargs)
+            n_lin = 1 if self.biases else 0
+            slots = [Slot(f"column {j}", 1, False, prior(n_lin, a)) for j in self.entity_columns_]
+            if context:
+                slots.append(Slot("context", n_ctx, True, prior(1, 0, n_ctx, bias_var / n_ctx)))
+        return signal, slots
+
+    def _build(self, ids, context, Y, weights, device, dtype):
+        rng = check_random_state(self.random_state)
+        n_ctx = context.shape[1]
+        self._n_context = n_ctx
+        if n_ctx:
+            self._context_offset, self._context_scale = input_standardization(context, weights)
+        d = self._n_outputs_model()
+        centre, scale = self._target_centre_scale(Y, weights)
+        a = int(self.n_factors)
+        factor_var = 0.5 * scale / math.sqrt(a) if self.prior_variance == "auto" else float(self.prior_variance)
+        bias_var = (0.5 * scale) ** 2 if self.bias_variance == "auto" else float(self.bias_variance)
+        jitter = float(self.init_scale) * math.sqrt(factor_var)
+        signal, slots = self._signal_and_slots(len(ids), n_ctx, scale, factor_var, bias_var, jitter)
+        # d outputs: every block holds d copies of its features' parameters
+        slots = [s._replace(prior=EntityPrior(np.tile(s.prior.mean, d), np.tile(s.prior.variance, d),
+                                               np.tile(s.prior.jitter, d))) for s in slots]
+        has_bias = self.model != "glm" or True
+        global_var = scale ** 2 if self.bias_variance == "auto" else float(self.bias_variance)
+        bias_prior = EntityPrior(np.broadcast_to(centre, (d,)), np.full(d, global_var)) if has_bias else None
+        drift = self.drift_variance
+        if drift == "auto":
+            drift = factor_var
+        self.filter_ = FactorizationFilter(
+            signal, slots, d, self._make_likelihood(d), bias_prior=bias_prior, half_life=self.half_life,
+            drift_variance=float(drift), learn_reference=self.reference == "learned", iterations=int(self.iterations),
+            tol=float(self.tol), dtype=dtype, device=device, seed=int(rng.randint(2**31 - 1)))
+        self.filter_.noise = self._initial_noise(self.filter_.noise, Y, weights, dtype, device)
+        self._sample_seed = int(rng.randint(2**31 - 1))
+
+    def _slot_values(self, ids, context):
+        """Per slot, the feature values ``(n, n_s)`` as tensors (ids: ones; the context standardised)."""
+        f = self.filter_
+        n = context.shape[0]
+        opts = {"dtype": f.dtype, "device": f.device}
+        values = [torch.ones(n, 1, **opts) for _ in ids]
+        if self._n_context:
+            values.append(torch.as_tensor((context - self._context_offset) / self._context_scale, **opts))
+        return values
+
+    def _slot_ids(self, ids):
+        return list(ids) + ([None] if self._n_context else [])
+
+    # -- fitting ------------------------------------------------------------------------------------
+    def _fit(self, X, y, sample_weight, reset, classes=None):
+        first = reset or not hasattr(self, "filter_")
+        device, dtype = self._resolve()
+        backup = None if first else self._snapshot()
+        try:
+            ids, context = self._validate(X, y, first)
+            Y = self._encode(y, first, classes, len(context))
+            w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64).reshape(-1)
+            if w is not None and (w.shape[0] != len(context) or not np.all(np.isfinite(w)) or np.any(w < 0)):
+                raise ValueError("sample_weight must be finite, non-negative and have one entry per row.")
+            if first:
+                self._build(ids, context, Y, w, device, dtype)
+                self.n_samples_seen_ = 0
+            elif (device, dtype) != (self.filter_.device, self.filter_.dtype):
+                self.filter_.to(device, dtype)
+        except BaseException:
+            if backup is not None:
+                self._restore(backup)
+            elif first:
+                self._forget()
+            raise
+        values = self._slot_values(ids, context)
+        Yt = torch.as_tensor(Y, dtype=self.filter_.dtype, device=self.filter_.device)
+        slot_ids = self._slot_ids(ids)
+        for _ in range(int(self.n_epochs) if reset or first else 1):
+            for i in range(len(context)):
+                row_ids = [None if s is None else s[i] for s in slot_ids]
+                backup = self._snapshot_rows()
+                try:
+                    self.filter_.step(row_ids, [v[i] for v in values], Yt[i], 1.0 if w is None else float(w[i]))
+                except BaseException:
+                    self._restore_rows(backup)
+                    raise
+                self.n_samples_seen_ += 1
+        return self
+
+    def _snapshot(self):
+        import copy
+
+        return copy.deepcopy({k: v for k, v in vars(self).items() if k.endswith("_") or k.startswith("_")})
+
+    def _restore(self, backup):
+        for k in [k for k in vars(self) if (k.endswith("_") or k.startswith("_")) and k not in backup]:
+            delattr(self, k)
+        vars(self).update(backup)
+
+    def _forget(self):
+        for k in [k for k in vars(self) if k.endswith("_") and not k.startswith("__")] + ["_n_context"]:
+            if k in vars(self):
+                delattr(self, k)
+
+    def _snapshot_rows(self):
+        """Enough to undo one step: the time, the noise state and the tables' sizes (a failed step
+        raises before writing, so only new entities and the clock need undoing)."""
+        f = self.filter_
+        return f.time, f.noise, {k: (t.n_entities, dict(t.ids)) for k, t in f.tables.items()}
+
+    def _restore_rows(self, backup):
+        f = self.filter_
+        f.time, f.noise, sizes = backup
+        for k, (n, ids) in sizes.items():
+            f.tables[k].n_entities, f.tables[k].ids = n, ids
+
+    def fit(self, X, y, sample_weight=None):
+        """Learn from the events ``(X, y)`` in row order, starting from the prior.
+
+        Parameters
+        ----------
+        X : array-like or DataFrame of shape (n_samples, n_features)
+            Entity ids in ``entity_columns``, numeric context elsewhere.
+        y : array-like
+            Targets.
+        sample_weight : array-like of shape (n_samples,), optional
+            A weight ``w`` scales the event's precision (its noise is ``R / w``); 0 skips it.
+
+        Returns
+        -------
+        self
+        """
+        return self._fit(X, y, sample_weight, reset=True)
+
+    # -- predictions --------------------------------------------------------------------------------
+    def _linearized(self, X):
+        check_is_fitted(self, "filter_")
+        ids, context = self._validate(X, None, first=False)
+        f, quad = self.filter_.linearized(self._slot_ids(ids), self._slot_values(ids, context))
+        return f, quad
+
+    def n_entities(self):
+        """``{entity column: number of entities seen}``."""
+        check_is_fitted(self, "filter_")
+        return {name: t.n_entities for name, t in self.filter_.tables.items()
+                if name not in ("bias", "context")}
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.string = True
+        tags.input_tags.categorical = True
+        tags.input_tags.allow_nan = False
+        return tags
+
+
+class FactorizationRegressor(RegressorMixin, _FactorizationBase):
+    """Online factorization-model regression (ratings, counts) by the decoupled EKF.
+
+    Each row is one event; it updates only the entities it involves (module docstring). With
+    ``likelihood='gaussian'`` the target is ``y ~ N(λ, r)``; with ``'poisson'`` a count
+    ``y ~ Poisson(exp λ)``.
+
+    Parameters
+    ----------
+    model : {'fm', 'mf', 'cp', 'glm'}, default='fm'
+        The signal ``λ`` (module docstring).
+    entity_columns : 'auto', None or list of int or str, default='auto'
+        Columns of ``X`` holding entity ids (positions, or names of a DataFrame's columns); the others
+        are numeric context. ``'auto'``: a DataFrame's non-numeric columns; none of a numeric array.
+    n_factors : int, default=8
+        ``a``, the length of each entity's factor vector (per order for ``model='fm'``).
+    order : int, default=2
+        Order of the factorization machine (``model='fm'``): interactions of up to ``order`` features.
+    biases : bool, default=True
+        Entity biases in ``'mf'`` and ``'cp'``.
+    prior_variance : 'auto' or float, default='auto'
+        Prior variance ``Π`` of each factor coordinate; ``'auto'``: ``s / (2√a)`` for targets of
+        scale ``s`` (:func:`skfilter.priors.target_scale`), so that a prior interaction
+        ``ξ_uᵀξ_v`` has standard deviation ``s/2``.
+    bias_variance : 'auto' or float, default='auto'
+        Prior variance of entity biases and linear weights (``(s/2)²``) and of the global bias
+        (``s²``, centred on the targets' median; ``'auto'``).
+    init_scale : float, default=0.5
+        A new entity's prior mean of its factors is drawn ``N(0, (init_scale·√Π)²)`` once (a zero
+        mean is a stationary point of a bilinear signal: nothing would ever be learned).
+    half_life : float or None, default=None
+        ``None``: static parameters (Alg. 1). A number of rows: every entity drifts towards its
+        reference vector with memory ``α = 0.5^(1/half_life)`` (Alg. 2, Eq. 19; the paper's
+        half-life parametrisation): its deviation from the reference halves in ``half_life`` rows.
+    drift_variance : 'auto' or float, default='auto'
+        ``c`` of the drift noise ``Ω = (1 − α²) c I``: the stationary spread of an entity around its
+        reference (``'auto'``: the factor prior variance). Ignored without ``half_life``.
+    reference : {'learned', 'fixed'}, default='learned'
+        The reference vectors are learned jointly (Alg. 2) or fixed at the prior mean.
+    iterations : int, default=1
+        1: the DEKF step. More: the decoupled iterated EKF (Fisher scoring to the MAP of the involved
+        entities with a line search; §4.2), safer for Poisson counts with a vague prior.
+    tol : float, default=1e-8
+        Stopping tolerance of the iterations.
+    obs_variance : 'auto' or float, default='auto'
+        Gaussian noise variance ``r``; ``'auto'``: the online estimate of the network regressors,
+        started at the squared scale of the first call's targets.
+    likelihood : {'gaussian', 'poisson'}, default='gaussian'
+    n_epochs : int, default=1
+        Passes over the rows in :meth:`fit`.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the new entities' prior means and sampling.
+    device : str or torch.device, default='cpu'
+    dtype : {None, 'float64', 'float32'}, default=None
+
+    Attributes
+    ----------
+    filter_ : skfilter.factorization.model.FactorizationFilter
+        The entity tables and the model.
+    entity_columns_ : tuple of int
+    n_features_in_ : int
+    n_samples_seen_ : int
+    n_outputs_ : int
+    obs_variance_ : ndarray of shape (n_outputs,)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfilter import FactorizationRegressor
+    >>> rng = np.random.default_rng(0)
+    >>> users, items = rng.integers(0, 20, 500), rng.integers(0, 10, 500)
+    >>> taste = rng.normal(size=(20, 2)) @ rng.normal(size=(2, 10))
+    >>> X = np.column_stack([users, items]).astype(object)
+    >>> y = 3 + taste[users, items] + 0.1 * rng.normal(size=500)
+    >>> reg = FactorizationRegressor(model="mf", n_factors=2, random_state=0).fit(X[:400], y[:400])
+    >>> mean, std = reg.predict(X[400:], return_std=True)
+    >>> bool(np.sqrt(np.mean((mean - y[400:]) ** 2)) < np.std(y))
+    True
+    """
+
+    _parameter_constraints = {**_FactorizationBase._parameter_constraints,
+                              "obs_variance": [StrOptions({"auto"}), Interval(numbers.Real, 0, None, closed="neither")],
+                              "likelihood": [StrOptions({"gaussian", "poisson"})]}
+
+    def __init__(self, model="fm", *, entity_columns="auto", n_factors=8, order=2, biases=True,
+                 prior_variance="auto", bias_variance="auto", init_scale=0.5, half_life=None, drift_variance="auto",
+                 reference="learned", iterations=1, tol=1e-8, obs_variance="auto", likelihood="gaussian", n_epochs=1,
+                 random_state=None, device="cpu", dtype=None):
+        self.model = model
+        self.entity_columns = entity_columns
+        self.n_factors = n_factors
+        self.order = order
+        self.biases = biases
+        self.prior_variance = prior_variance
+        self.bias_variance = bias_variance
+        self.init_scale = init_scale
+        self.half_life = half_life
+        self.drift_variance = drift_variance
+        self.reference = reference
+        self.iterations = iterations
+        self.tol = tol
+        self.obs_variance = obs_variance
+        self.likelihood = likelihood
+        self.n_epochs = n_epochs
+        self.random_state = random_state
+        self.device = device
+        self.dtype = dtype
+
+    def _encode(self, y, first, classes, n):
+        if y is None:
+            raise ValueError("requires y to be passed, but the target y is None.")
+        Y = np.asarray(y, dtype=np.float64) if not isinstance(y, np.ndarray) or y.dtype != object else None
+        if Y is None:
+            try:
+                Y = np.asarray(y, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise ValueError("y must be numeric.") from None
+        if Y.ndim == 0 or Y.shape[0] != n:
+            raise ValueError(f"X has {n} rows but y has {Y.shape[0] if Y.ndim else 0}.")
+        if Y.ndim > 2:
+            raise ValueError("y must be 1-d or 2-d.")
+        if not np.all(np.isfinite(Y)):
+            raise ValueError("Input y contains NaN or infinity.")
+        Y2 = Y.reshape(n, -1)
+        if first:
+            self._y_ndim = Y.ndim
+            self.n_outputs_ = Y2.shape[1]
+        elif Y2.shape[1] != self.n_outputs_:
+            raise ValueError(f"y has {Y2.shape[1]} outputs; the model was fitted with {self.n_outputs_}.")
+        if self.likelihood == "poisson" and np.any(Y2 < 0):
+            raise ValueError("The Poisson likelihood needs non-negative targets (counts).")
+        return Y2
+
+    def _n_outputs_model(self):
+        return self.n_outputs_
+
+    def _target_centre_scale(self, Y, weights):
+        if self.likelihood == "poisson":
+            return np.log(np.average(Y, axis=0, weights=weights) + 0.5), 1.0
+        centre, scale = target_scale(Y, weights)
+        return centre, float(np.mean(scale))
+
+    def _make_likelihood(self, d):
+        if self.likelihood == "poisson":
+            return Poisson()
+        if isinstance(self.obs_variance, str):
+            return Gaussian("adaptive", **_AUTO_NOISE)
+        return Gaussian(float(self.obs_variance))
+
+    def _initial_noise(self, state, Y, weights, dtype, device):
+        if self.likelihood == "poisson" or not isinstance(self.obs_variance, str):
+            return state
+        _, scale = target_scale(Y, weights)
+        r = torch.full_like(state["r"], float(np.mean(scale ** 2)))
+        return {"r": r, "weight": torch.full_like(state["weight"], 10.0), "scale": r.rsqrt()[..., None]}
+
+    def partial_fit(self, X, y, sample_weight=None):
+        """Learn from the events ``(X, y)`` (one pass, in row order), continuing the stream."""
+        return self._fit(X, y, sample_weight, reset=False)
+
+    @property
+    def obs_variance_(self):
+        check_is_fitted(self, "filter_")
+        noise = self.filter_.noise
+        return None if noise is None else noise["r"].detach().cpu().numpy().copy()
+
+    def _shape(self, a):
+        return a[:, 0] if self._y_ndim == 1 else a
+
+    def predict(self, X, return_std=False):
+        """Predictive mean of ``y`` (and standard deviation) for the events ``X`` (linearised)."""
+        f, quad = self._linearized(X)
+        var = quad.diagonal(dim1=-2, dim2=-1)
+        if self.likelihood == "poisson":
+            v = var.clamp(max=60.0)
+            mean = torch.exp((f + v / 2).clamp(max=Poisson.max_log_rate))
+            total = torch.expm1(v) * mean * mean + mean
+        else:
+            mean = f
+            total = var + self.filter_.likelihood.aleatoric_variance(f, self.filter_.noise)
+        mean_np = self._shape(mean.detach().cpu().numpy())
+        if not return_std:
+            return mean_np
+        return mean_np, self._shape(torch.sqrt(total).detach().cpu().numpy())
+
+    def sample_y(self, X, n_samples=1, random_state=None, include_noise=True):
+        """Thompson draws of ``y`` for the events ``X``, shape ``(n, n_samples)`` (``(n, n_outputs,
+        n_samples)`` for several outputs): each entity is drawn once per sample and shared by the
+        rows involving it; with ``include_noise`` the observation noise is added."""
+        check_is_fitted(self, "filter_")
+        ids, context = self._validate(X, None, first=False)
+        gen = torch.Generator().manual_seed(int(check_random_state(random_state).randint(2**31 - 1)))
+        lam = self.filter_.sample_signal(self._slot_ids(ids), self._slot_values(ids, context), n_samples, gen)
+        if self.likelihood == "poisson":
+            rate = torch.exp(lam.clamp(max=Poisson.max_log_rate))
+            draws = torch.poisson(rate.cpu(), generator=gen) if include_noise else rate
+        else:
+            draws = lam
+            if include_noise:
+                r = self.filter_.likelihood.aleatoric_variance(lam, self.filter_.noise)
+                draws = lam + torch.sqrt(r) * torch.randn(lam.shape, generator=gen, dtype=lam.dtype).to(lam.device)
+        out = draws.detach().cpu().numpy()  # (S, n, d)
+        out = np.moveaxis(out, 0, -1)  # (n, d, S)
+        return out[:, 0, :] if self._y_ndim == 1 else out
+
+
+class FactorizationClassifier(ClassifierMixin, _FactorizationBase):
+    """Online factorization-model classification (clicks, choices) by the decoupled EKF.
+
+    Two classes: one logit ``λ`` with a Bernoulli likelihood (the paper's experiments); more: one
+    logit per class (each entity holds a factor vector per class) with the categorical likelihood.
+    Probabilities integrate the logit's uncertainty by the probit approximation.
+
+    Parameters
+    ----------
+    model : {'fm', 'mf', 'cp', 'glm'}, default='fm'
+    entity_columns : 'auto', None or list of int or str, default='auto'
+    n_factors : int, default=8
+    order : int, default=2
+    biases : bool, default=True
+    prior_variance : 'auto' or float, default='auto'
+        Factor coordinates' prior variance (``'auto'``: ``1/(2√a)`` on the logit scale).
+    bias_variance : 'auto' or float, default='auto'
+    init_scale : float, default=0.5
+    half_life : float or None, default=None
+    drift_variance : 'auto' or float, default='auto'
+    reference : {'learned', 'fixed'}, default='learned'
+    iterations : int, default=1
+    tol : float, default=1e-8
+    n_epochs : int, default=1
+    random_state : int, RandomState instance or None, default=None
+    device : str or torch.device, default='cpu'
+    dtype : {None, 'float64', 'float32'}, default=None
+        (All as :class:`FactorizationRegressor`.)
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+    filter_ : skfilter.factorization.model.FactorizationFilter
+    entity_columns_ : tuple of int
+    n_features_in_ : int
+    n_samples_seen_ : int
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfilter import FactorizationClassifier
+    >>> rng = np.random.default_rng(0)
+    >>> users, items = rng.integers(0, 30, 2000), rng.integers(0, 8, 2000)
+    >>> X = np.column_stack([users, items]).astype(object)
+    >>> clicks = (rng.random(2000) < 1 / (1 + np.exp(-(items - 3.5)))).astype(int)
+    >>> clf = FactorizationClassifier(model="mf", n_factors=2, random_state=0).fit(X, clicks)
+    >>> clf.predict_proba([[0, 7], [0, 0]])[:, 1].round(1)
+    array([0.9, 0.1])
+    """
+
+    def __init__(self, model="fm", *, entity_columns="auto", n_factors=8, order=2, biases=True,
+                 prior_variance="auto", bias_variance="auto", init_scale=0.5, half_life=None, drift_variance="auto",
+                 reference="learned", iterations=1, tol=1e-8, n_epochs=1, random_state=None, device="cpu",
+                 dtype=None):
+        self.model = model
+        self.entity_columns = entity_columns
+        self.n_factors = n_factors
+        self.order = order
+        self.biases = biases
+        self.prior_variance = prior_variance
+        self.bias_variance = bias_variance
+        self.init_scale = init_scale
+        self.half_life = half_life
+        self.drift_variance = drift_variance
+        self.reference = reference
+        self.iterations = iterations
+        self.tol = tol
+        self.n_epochs = n_epochs
+        self.random_state = random_state
+        self.device = device
+        self.dtype = dtype
+
+    def _encode(self, y, first, classes, n):
+        if y is None:
+            raise ValueError("requires y to be passed, but the target y is None.")
+        y = np.asarray(y)
+        if y.ndim == 2 and y.shape[1] == 1:
+            y = y[:, 0]
+        if y.ndim != 1 or y.shape[0] != n:
+            raise ValueError(f"y must be 1-d with one label per row ({n}); got shape {y.shape}.")
+        if first:
+            kind = type_of_target(y, input_name="y")
+            if kind not in ("binary", "multiclass"):
+                raise ValueError(f"Unknown label type: {kind}. FactorizationClassifier needs binary or multiclass "
+                                 "labels.")
+            labels = np.unique(y) if classes is None else np.asarray(classes)
+            if classes is not None and not np.all(np.isin(np.unique(y), labels)):
+                raise ValueError("y holds labels that are not in classes.")
+            if len(labels) < 2 and classes is None:
+                raise ValueError("The number of classes has to be greater than one; got 1 class.")
+            self.classes_ = labels
+        unknown = ~np.isin(y, self.classes_)
+        if unknown.any():
+            raise ValueError(f"y holds labels not seen in the first call: {np.unique(y[unknown]).tolist()}.")
+        index = np.searchsorted(self.classes_, y) if np.all(self.classes_[:-1] <= self.classes_[1:]) else \
+            np.array([int(np.flatnonzero(self.classes_ == v)[0]) for v in y])
+        K = len(self.classes_)
+        if K == 2:
+            return index.reshape(-1, 1).astype(np.float64)
+        return np.eye(K)[index]
+
+    def _n_outputs_model(self):
+        return 1 if len(self.classes_) == 2 else len(self.classes_)
+
+    def _target_centre_scale(self, Y, weights):
+        return np.zeros(Y.shape[1]), 1.0
+
+    def _make_likelihood(self, d):
+        return Bernoulli() if d == 1 else Categorical()
+
+    def _initial_noise(self, state, Y, weights, dtype, device):
+        return state
+
+    def partial_fit(self, X, y, sample_weight=None, classes=None):
+        """Learn from the events ``(X, y)`` (one pass, in row order); ``classes`` on the first call
+        names every label the stream will hold."""
+        return self._fit(X, y, sample_weight, reset=False, classes=classes)
+
+    def predict_proba(self, X):
+        """Class probabilities ``(n, n_classes)`` under the linearised logits (probit approximation)."""
+        f, quad = self._linearized(X)
+        p = probit_probabilities(f, quad.diagonal(dim1=-2, dim2=-1), binary=f.shape[-1] == 1)
+        return p.detach().cpu().numpy()
+
+    def predict(self, X):
+        """The most probable class of each event."""
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+
+    def sample_proba(self, X, n_samples=1, random_state=None):
+        """Thompson draws of the class probabilities, ``(n, n_classes, n_samples)`` (entities drawn
+        once per sample, shared by the rows that involve them)."""
+        check_is_fitted(self, "filter_")
+        ids, context = self._validate(X, None, first=False)
+        gen = torch.Generator().manual_seed(int(check_random_state(random_state).randint(2**31 - 1)))
+        lam = self.filter_.sample_signal(self._slot_ids(ids), self._slot_values(ids, context), n_samples, gen)
+        if lam.shape[-1] == 1:
+            p1 = torch.sigmoid(lam)
+            p = torch.cat([1 - p1, p1], dim=-1)
+        else:
+            p = torch.softmax(lam, dim=-1)
+        return np.moveaxis(p.detach().cpu().numpy(), 0, -1)
