@@ -32,8 +32,8 @@ class EntityPrior:
     ----------
     mean : array-like of shape (K,)
         The centre of ``π_i``.
-    variance : array-like of shape (K,)
-        The diagonal of ``Π_i``.
+    variance : array-like of shape (K,) or (K, K)
+        The diagonal of ``Π_i``, or ``Π_i`` itself (symmetric positive semi-definite).
     jitter : array-like of shape (K,), optional
         Standard deviation of the random part of ``π_i`` (drawn once per entity, in creation order,
         from the table's generator); zero where absent.
@@ -49,12 +49,21 @@ class EntityPrior:
 
     def __init__(self, mean, variance, jitter=None):
         self.mean = np.asarray(mean, dtype=np.float64).reshape(-1)
-        self.variance = np.asarray(variance, dtype=np.float64).reshape(-1)
+        variance = np.asarray(variance, dtype=np.float64)
+        K = self.mean.shape[0]
+        self.covariance = np.diag(variance.reshape(-1)) if variance.ndim <= 1 else variance
         self.jitter = np.zeros_like(self.mean) if jitter is None else np.asarray(jitter, dtype=np.float64).reshape(-1)
-        if not (self.mean.shape == self.variance.shape == self.jitter.shape):
-            raise ValueError("mean, variance and jitter of an EntityPrior must have the same length.")
-        if np.any(self.variance < 0) or np.any(self.jitter < 0):
-            raise ValueError("An EntityPrior's variance and jitter must be non-negative.")
+        if self.covariance.shape != (K, K) or self.jitter.shape != (K,):
+            raise ValueError("mean, variance and jitter of an EntityPrior must have matching sizes.")
+        if not np.allclose(self.covariance, self.covariance.T) or np.linalg.eigvalsh(self.covariance).min() < -1e-12 \
+                or np.any(self.jitter < 0):
+            raise ValueError("An EntityPrior's covariance must be symmetric positive semi-definite and its jitter "
+                             "non-negative.")
+
+    @property
+    def variance(self) -> np.ndarray:
+        """The diagonal of ``Π``."""
+        return np.diag(self.covariance).copy()
 
     @property
     def size(self) -> int:
@@ -100,7 +109,7 @@ class EntityTable:
         self._rng = np.random.default_rng(seed)
         opts = {"dtype": dtype, "device": self.device}
         K = self.K
-        self._prior_var = torch.as_tensor(prior.variance, **opts)
+        self._prior_cov = torch.as_tensor(prior.covariance, **opts)
         self._stationary = torch.as_tensor(np.array(np.broadcast_to(np.asarray(stationary_variance, dtype=np.float64), (K,))),
                                            **opts).clone()
         cap = 4
@@ -139,7 +148,7 @@ class EntityTable:
         opts = {"dtype": self.dtype, "device": self.device}
         draws = self.prior.mean + self.prior.jitter * self._rng.standard_normal((n, self.K))
         pi = torch.as_tensor(draws, **opts)
-        Pi = torch.diag(self._prior_var)
+        Pi = self._prior_cov
         return pi, Pi + torch.diag(self._stationary), Pi
 
     def rows(self, ids, time: int, create: bool = True) -> np.ndarray:
@@ -197,7 +206,7 @@ class EntityTable:
         for name in self._fields():
             value = getattr(self, name)
             setattr(self, name, value.to(device=device) if name == "last_time" else value.to(device=device, dtype=dtype))
-        self._prior_var = self._prior_var.to(device=device, dtype=dtype)
+        self._prior_cov = self._prior_cov.to(device=device, dtype=dtype)
         self._stationary = self._stationary.to(device=device, dtype=dtype)
         self.dtype, self.device = dtype, torch.device(device)
         return self
