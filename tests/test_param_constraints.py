@@ -51,6 +51,8 @@ def _small(cls):
     if "estimator" in names:
         base = EKFClassifier(**SMALL) if cls.__name__.endswith("Classifier") else EKFRegressor(**SMALL)
         return cls(base)
+    if "n_factors" in names:  # the factorization models: no network
+        return cls(n_factors=2, random_state=0)
     if "n_components" in names:  # the subspace filters: d at most the few weights of the small network
         return cls(**SMALL, n_components=2)
     return cls(**SMALL)

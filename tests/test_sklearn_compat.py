@@ -5,7 +5,7 @@ Expected failures are listed here, once, each with the reason it is expected.
 
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from skfilter import (EKFClassifier, EKFRegressor, HiLoFiClassifier, HiLoFiRegressor, LoFiClassifier, LoFiRegressor,
+from skfilter import (EKFClassifier, EKFRegressor, FactorizationClassifier, FactorizationRegressor, HiLoFiClassifier, HiLoFiRegressor, LoFiClassifier, LoFiRegressor,
                       LoLoFiClassifier, LoLoFiRegressor, LRKFClassifier, LRKFRegressor, PULSEClassifier,
                       PULSERegressor, SubspaceClassifier, SubspaceRegressor)
 
@@ -45,6 +45,9 @@ def _estimators():
         PULSERegressor(n_components=3, **small),
         PULSEClassifier(n_components=3, **small),
         PULSEClassifier(n_components=3, mean_update="fixed-point", likelihood="moment-matched", **small),
+        FactorizationRegressor(n_factors=2, random_state=0),
+        FactorizationRegressor(model="glm", half_life=50, random_state=0),
+        FactorizationClassifier(n_factors=2, random_state=0),
     ]
 
 

@@ -59,7 +59,9 @@ _AUTO_NOISE = {"eps_min": 0.02, "residual_bound": 4.0}
 
 
 def _is_numeric_dtype(dtype) -> bool:
-    return np.issubdtype(dtype, np.number) or np.issubdtype(dtype, np.bool_)
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+    return bool(is_numeric_dtype(dtype) or is_bool_dtype(dtype))
 
 
 class _FactorizationBase(ValidatedParamsMixin, BaseEstimator):
@@ -263,6 +265,8 @@ class _FactorizationBase(ValidatedParamsMixin, BaseEstimator):
             w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64).reshape(-1)
             if w is not None and (w.shape[0] != len(context) or not np.all(np.isfinite(w)) or np.any(w < 0)):
                 raise ValueError("sample_weight must be finite, non-negative and have one entry per row.")
+            if w is not None and not np.any(w > 0):
+                raise ValueError("sample_weight has only zeros: nothing to learn from.")
             if first:
                 self._build(ids, context, Y, w, device, dtype)
                 self.n_samples_seen_ = 0
@@ -275,7 +279,7 @@ class _FactorizationBase(ValidatedParamsMixin, BaseEstimator):
                 self._forget()
             raise
         values = self._slot_values(ids, context)
-        Yt = torch.as_tensor(Y, dtype=self.filter_.dtype, device=self.filter_.device)
+        Yt = torch.as_tensor(np.array(Y, dtype=np.float64), dtype=self.filter_.dtype, device=self.filter_.device)
         slot_ids = self._slot_ids(ids)
         for _ in range(int(self.n_epochs) if reset or first else 1):
             for i in range(len(context)):
@@ -515,6 +519,11 @@ class FactorizationRegressor(RegressorMixin, _FactorizationBase):
         """Learn from the events ``(X, y)`` (one pass, in row order), continuing the stream."""
         return self._fit(X, y, sample_weight, reset=False)
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        return tags
+
     @property
     def obs_variance_(self):
         check_is_fitted(self, "filter_")
@@ -638,6 +647,12 @@ class FactorizationClassifier(ClassifierMixin, _FactorizationBase):
             raise ValueError("requires y to be passed, but the target y is None.")
         y = np.asarray(y)
         if y.ndim == 2 and y.shape[1] == 1:
+            import warnings
+
+            from sklearn.exceptions import DataConversionWarning
+
+            warnings.warn("A column-vector y was passed when a 1d array was expected; it is raveled.",
+                          DataConversionWarning, stacklevel=4)
             y = y[:, 0]
         if y.ndim != 1 or y.shape[0] != n:
             raise ValueError(f"y must be 1-d with one label per row ({n}); got shape {y.shape}.")
@@ -687,7 +702,8 @@ class FactorizationClassifier(ClassifierMixin, _FactorizationBase):
 
     def predict(self, X):
         """The most probable class of each event."""
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+        proba = self.predict_proba(X)
+        return self.classes_[np.argmax(proba, axis=1)]
 
     def sample_proba(self, X, n_samples=1, random_state=None):
         """Thompson draws of the class probabilities, ``(n, n_classes, n_samples)`` (entities drawn
