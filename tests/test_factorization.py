@@ -475,3 +475,28 @@ def test_numeric_only_default_is_a_factorization_machine_of_the_features():
     reg = FactorizationRegressor(random_state=0).fit(X[:150], y[:150])
     assert reg.entity_columns_ == () and list(reg.filter_.tables) == ["context", "bias"]
     assert reg.score(X[150:], y[150:]) > 0.5
+
+
+def test_recommend_by_thompson_sampling_and_by_the_mean():
+    from skfilter.decision import recommend
+
+    rng = np.random.default_rng(0)
+    users, items = rng.integers(0, 10, 800), rng.integers(0, 6, 800)
+    X = np.column_stack([users, items]).astype(object)
+    reg = FactorizationRegressor(model="mf", n_factors=2, random_state=0).fit(X, items + 0.3 * rng.normal(size=800))
+    cand = np.array([[3, item] for item in range(6)], dtype=object)
+    np.testing.assert_array_equal(recommend(reg, cand, n=3, method="mean"), [5, 4, 3])
+    picks = [recommend(reg, cand, random_state=s)[0] for s in range(30)]
+    assert set(picks) <= {3, 4, 5} and picks.count(5) > 15  # well learned: Thompson mostly exploits
+    # a never-seen item is uncertain: Thompson explores it sometimes, the mean rarely ranks it first
+    cand_new = np.vstack([cand, np.array([[3, "new"]], dtype=object)])
+    explored = [recommend(reg, cand_new, random_state=s)[0] for s in range(200)]
+    assert 6 in explored
+    # the draw is the model's: the same seed gives the same ranking
+    np.testing.assert_array_equal(recommend(reg, cand, n=6, random_state=7), recommend(reg, cand, n=6, random_state=7))
+    clicks = (items >= 4).astype(int)
+    clf = FactorizationClassifier(model="mf", n_factors=2, random_state=0).fit(X, clicks)
+    assert recommend(clf, cand, method="mean")[0] in (4, 5)
+    assert recommend(clf, cand, method="mean", positive_class=0)[0] in (0, 1, 2, 3)
+    with pytest.raises(ValueError, match="positive_class"):
+        recommend(clf, cand, positive_class="click")
