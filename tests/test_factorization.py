@@ -500,3 +500,19 @@ def test_recommend_by_thompson_sampling_and_by_the_mean():
     assert recommend(clf, cand, method="mean", positive_class=0)[0] in (0, 1, 2, 3)
     with pytest.raises(ValueError, match="positive_class"):
         recommend(clf, cand, positive_class="click")
+
+
+def test_the_user_guide_page_runs():
+    """The code of doc/user_guide/factorization.md runs as written and learns what it says."""
+    import pathlib
+    import re
+
+    page = pathlib.Path(__file__).resolve().parents[1] / "doc" / "user_guide" / "factorization.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
+    assert len(blocks) == 2
+    ns: dict = {}
+    exec(compile("\n".join(blocks), str(page), "exec"), ns)  # noqa: S102 - our own documentation
+    rating, mean, std = ns["rating"], ns["mean"], ns["std"]
+    assert np.sqrt(np.mean((mean - rating[2500:]) ** 2)) < 0.7 * rating.std()
+    assert 0.85 < np.mean(np.abs(mean - rating[2500:]) < 2 * std)
+    assert ns["reg"].n_samples_seen_ == 3000
