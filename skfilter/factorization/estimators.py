@@ -359,16 +359,8 @@ class _FactorizationBase(ValidatedParamsMixin, BaseEstimator):
         return tags
 
 
-class FactorizationRegressor(RegressorMixin, _FactorizationBase):
-    """Online factorization-model regression (ratings, counts) by the decoupled EKF.
-
-    Each row is one event; it updates only the entities it involves (module docstring). With
-    ``likelihood='gaussian'`` the target is ``y ~ N(λ, r)``; with ``'poisson'`` a count
-    ``y ~ Poisson(exp λ)``.
-
-    Parameters
-    ----------
-    model : {'fm', 'mf', 'cp', 'glm'}, default='fm'
+_MODEL_DOC = """\
+    model : {{'fm', 'mf', 'cp', 'glm'}}, default='fm'
         The signal ``λ`` (module docstring).
     entity_columns : 'auto', None or list of int or str, default='auto'
         Columns of ``X`` holding entity ids (positions, or names of a DataFrame's columns); the others
@@ -381,11 +373,10 @@ class FactorizationRegressor(RegressorMixin, _FactorizationBase):
         Entity biases in ``'mf'`` and ``'cp'``.
     prior_variance : 'auto' or float, default='auto'
         Prior variance ``Π`` of each factor coordinate; ``'auto'``: ``s / (2√a)`` for targets of
-        scale ``s`` (:func:`skfilter.priors.target_scale`), so that a prior interaction
-        ``ξ_uᵀξ_v`` has standard deviation ``s/2``.
+        scale ``s`` ({scale}), so that a prior interaction ``ξ_uᵀξ_v`` has standard deviation ``s/2``.
     bias_variance : 'auto' or float, default='auto'
-        Prior variance of entity biases and linear weights (``(s/2)²``) and of the global bias
-        (``s²``, centred on the targets' median; ``'auto'``).
+        Prior variance of entity biases and linear weights (``'auto'``: ``(s/2)²``) and of the global
+        bias (``s²``, centred on {centre}).
     init_scale : float, default=0.5
         A new entity's prior mean of its factors is drawn ``N(0, (init_scale·√Π)²)`` once (a zero
         mean is a stationary point of a bilinear signal: nothing would ever be learned).
@@ -396,27 +387,45 @@ class FactorizationRegressor(RegressorMixin, _FactorizationBase):
     drift_variance : 'auto' or float, default='auto'
         ``c`` of the drift noise ``Ω = (1 − α²) c I``: the stationary spread of an entity around its
         reference (``'auto'``: the factor prior variance). Ignored without ``half_life``.
-    reference : {'learned', 'fixed'}, default='learned'
+    reference : {{'learned', 'fixed'}}, default='learned'
         The reference vectors are learned jointly (Alg. 2) or fixed at the prior mean.
     iterations : int, default=1
         1: the DEKF step. More: the decoupled iterated EKF (Fisher scoring to the MAP of the involved
-        entities with a line search; §4.2), safer for Poisson counts with a vague prior.
-    tol : float, default=1e-8
-        Stopping tolerance of the iterations.
+        entities with a line search; §4.2), safer for strongly non-linear outcomes with a vague prior.
+    tol : float, default=1e-08
+        Stopping tolerance of the iterations (largest step of a parameter)."""
+
+_REST_DOC = """\
+    n_epochs : int, default=1
+        Passes over the rows in :meth:`fit` (``partial_fit`` always makes one).
+    random_state : int, RandomState instance or None, default=None
+        Seeds the new entities' prior means and the draws of ``sample_y``/``sample_proba``.
+    device : str or torch.device, default='cpu'
+        Where the entity tables live ('cpu', 'cuda', …).
+    dtype : {None, 'float64', 'float32'}, default=None
+        ``None``: float64 on the CPU, float32 on a GPU."""
+
+
+class FactorizationRegressor(RegressorMixin, _FactorizationBase):
+    __doc__ = f"""Online factorization-model regression (ratings, counts) by the decoupled EKF.
+
+    Each row is one event; it updates only the entities it involves (module docstring). With
+    ``likelihood='gaussian'`` the target is ``y ~ N(λ, r)``; with ``'poisson'`` a count
+    ``y ~ Poisson(exp λ)``.
+
+    Parameters
+    ----------
+{_MODEL_DOC.format(scale=":func:`skfilter.priors.target_scale`", centre="the targets' median")}
     obs_variance : 'auto' or float, default='auto'
         Gaussian noise variance ``r``; ``'auto'``: the online estimate of the network regressors,
         started at the squared scale of the first call's targets.
-    likelihood : {'gaussian', 'poisson'}, default='gaussian'
-    n_epochs : int, default=1
-        Passes over the rows in :meth:`fit`.
-    random_state : int, RandomState instance or None, default=None
-        Seeds the new entities' prior means and sampling.
-    device : str or torch.device, default='cpu'
-    dtype : {None, 'float64', 'float32'}, default=None
+    likelihood : {{'gaussian', 'poisson'}}, default='gaussian'
+        Gaussian ratings with variance ``obs_variance``, or Poisson counts with a log link.
+{_REST_DOC}
 
     Attributes
     ----------
-    filter_ : skfilter.factorization.model.FactorizationFilter
+    filter_ : skfilter.factorization.FactorizationFilter
         The entity tables and the model.
     entity_columns_ : tuple of int
     n_features_in_ : int
@@ -571,7 +580,7 @@ class FactorizationRegressor(RegressorMixin, _FactorizationBase):
 
 
 class FactorizationClassifier(ClassifierMixin, _FactorizationBase):
-    """Online factorization-model classification (clicks, choices) by the decoupled EKF.
+    __doc__ = f"""Online factorization-model classification (clicks, choices) by the decoupled EKF.
 
     Two classes: one logit ``λ`` with a Bernoulli likelihood (the paper's experiments); more: one
     logit per class (each entity holds a factor vector per class) with the categorical likelihood.
@@ -579,30 +588,13 @@ class FactorizationClassifier(ClassifierMixin, _FactorizationBase):
 
     Parameters
     ----------
-    model : {'fm', 'mf', 'cp', 'glm'}, default='fm'
-    entity_columns : 'auto', None or list of int or str, default='auto'
-    n_factors : int, default=8
-    order : int, default=2
-    biases : bool, default=True
-    prior_variance : 'auto' or float, default='auto'
-        Factor coordinates' prior variance (``'auto'``: ``1/(2√a)`` on the logit scale).
-    bias_variance : 'auto' or float, default='auto'
-    init_scale : float, default=0.5
-    half_life : float or None, default=None
-    drift_variance : 'auto' or float, default='auto'
-    reference : {'learned', 'fixed'}, default='learned'
-    iterations : int, default=1
-    tol : float, default=1e-8
-    n_epochs : int, default=1
-    random_state : int, RandomState instance or None, default=None
-    device : str or torch.device, default='cpu'
-    dtype : {None, 'float64', 'float32'}, default=None
-        (All as :class:`FactorizationRegressor`.)
+{_MODEL_DOC.format(scale="``s = 1`` on the logit scale", centre="0")}
+{_REST_DOC}
 
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
-    filter_ : skfilter.factorization.model.FactorizationFilter
+    filter_ : skfilter.factorization.FactorizationFilter
     entity_columns_ : tuple of int
     n_features_in_ : int
     n_samples_seen_ : int
