@@ -43,34 +43,19 @@ LIK_GAUSSIAN, LIK_ADAPTIVE, LIK_BERNOULLI, LIK_POISSON = 0, 1, 2, 3
 OK, FAILED = 0, 1
 
 
-@njit(cache=True, nogil=True)
-def _all_finite_row(a, K):
-    for i in range(K):
-        if not np.isfinite(a[i]):
-            return False
-    return True
-
-
-@njit(cache=True, nogil=True)
-def _all_finite_sq(a, K):
-    for i in range(K):
-        for k in range(K):
-            if not np.isfinite(a[i, k]):
-                return False
-    return True
-
-
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def factorization_events(rows, vals, voff, Y, w, has_w, t0, means, covs, lasts, ref_means, crosses, ref_covs,
                          nblk, nslot, Ks, nfeat, pfeat, sig, fm_lin, cp_off, cp_order, cp_ctx, has_bias, lik, noise,
-                         eps_min, min_var, bound, max_log_rate, tiny, dynamic, log_alpha, g_den, omegas):
+                         eps_min, min_var, bound, max_log_rate, tiny, dynamic, log_alpha, g_den, omegas, sym):
     """Learn the events ``j = 0..n−1`` (time ``t0 + j + 1``) into the tables, in order.
 
     ``rows (nblk, n)``: each block's table row per event (slots, then the bias); ``vals (n, Σ n_s)``
     the slots' feature values (slot ``s`` at columns ``voff[s]:voff[s+1]``); ``Y (n,)``, ``w (n,)``;
     ``means``/``covs``/``lasts`` (and ``ref_means``/``crosses``/``ref_covs`` when ``dynamic``):
     per block its table's arrays (tuples, padded). ``noise``: ``[r, Σw, r^{−1/2}]`` of the Gaussian,
-    updated after each learned event. Returns ``(events learned, OK or FAILED)``: on FAILED the
+    updated after each learned event. ``sym[b]``: block ``b``'s table holds exactly symmetric
+    covariances (its prior's is: every update and predict symmetrises), so the symmetrisation is the
+    identity and is skipped. Returns ``(events learned, OK or FAILED)``: on FAILED the
     event at that index was not written."""
     n = Y.shape[0]
     dt = means[0].dtype
@@ -84,6 +69,7 @@ def factorization_events(rows, vals, voff, Y, w, has_w, t0, means, covs, lasts, 
     PRM = np.empty((nr, Kmax), dtype=dt)
     PX = np.empty((nr, Kmax, Kmax), dtype=dt)
     PRC = np.empty((nr, Kmax, Kmax), dtype=dt)
+    PRED = np.zeros(nblk, dtype=np.bool_)  # brought forward (Δ > 0): the covariances are in PC, PX
     J = np.zeros((nblk, Kmax))
     Q = np.empty(Kmax)
     Q0 = np.empty(Kmax)
@@ -94,7 +80,7 @@ def factorization_events(rows, vals, voff, Y, w, has_w, t0, means, covs, lasts, 
     for j in range(n):
         t = t0 + j + 1
         wj = w[j] if has_w else 1.0
-        # 1. the blocks, brought forward (into scratch)
+        # 1. the blocks, brought forward (into scratch; an unmoved block's covariances are read in place)
         for b in range(nblk):
             r = rows[b, j]
             K = Ks[b]
@@ -105,6 +91,7 @@ def factorization_events(rows, vals, voff, Y, w, has_w, t0, means, covs, lasts, 
                 delta = t - lasts[b][r]
                 if delta < 0:
                     delta = 0
+            PRED[b] = delta > 0
             if delta > 0:
                 a = math.exp(delta * log_alpha)
                 g = math.expm1(2.0 * delta * log_alpha) / g_den
@@ -130,32 +117,24 @@ def factorization_events(rows, vals, voff, Y, w, has_w, t0, means, covs, lasts, 
                         PC[b, k, i] = v
                         PX[b, i, k] = a * cr[r, i, k] + (1.0 - a) * rc[r, i, k]
                         PX[b, k, i] = a * cr[r, k, i] + (1.0 - a) * rc[r, k, i]
-                        PRC[b, i, k] = rc[r, i, k]
-                        PRC[b, k, i] = rc[r, k, i]
             else:
                 for i in range(K):
                     PM[b, i] = mean[r, i]
-                    for k in range(K):
-                        PC[b, i, k] = cov[r, i, k]
                 if dynamic:
                     rm = ref_means[b]
-                    cr = crosses[b]
-                    rc = ref_covs[b]
                     for i in range(K):
                         PRM[b, i] = rm[r, i]
-                        for k in range(K):
-                            PX[b, i, k] = cr[r, i, k]
-                            PRC[b, i, k] = rc[r, i, k]
         if wj <= 0.0:  # skipped: the clock and the predict only
             if dynamic:
                 for b in range(nblk):
                     r = rows[b, j]
                     K = Ks[b]
-                    for i in range(K):
-                        means[b][r, i] = PM[b, i]
-                        for k in range(K):
-                            covs[b][r, i, k] = PC[b, i, k]
-                            crosses[b][r, i, k] = PX[b, i, k]
+                    if PRED[b]:
+                        for i in range(K):
+                            means[b][r, i] = PM[b, i]
+                            for k in range(K):
+                                covs[b][r, i, k] = PC[b, i, k]
+                                crosses[b][r, i, k] = PX[b, i, k]
                     lasts[b][r] = t
             continue
         # 2. the signal and its gradient per block
@@ -289,15 +268,16 @@ def factorization_events(rows, vals, voff, Y, w, has_w, t0, means, covs, lasts, 
         for b in range(nblk):
             for i in range(Ks[b]):
                 J[b, i] = J[b, i] * c * sw
-        # 4. the DEKF update (in scratch), checked, then written
+        # 4. the DEKF update (into scratch), checked, then written
         acc = 0.0
         for b in range(nblk):
             K = Ks[b]
+            src = PC[b] if PRED[b] else covs[b][rows[b, j]]
             hq = 0.0
             for i in range(K):
                 v = 0.0
                 for k in range(K):
-                    v += PC[b, i, k] * J[b, k]
+                    v += src[i, k] * J[b, k]
                 QQ[b, i] = v
                 hq += J[b, i] * v
             acc += hq
@@ -308,35 +288,61 @@ def factorization_events(rows, vals, voff, Y, w, has_w, t0, means, covs, lasts, 
         u = (e / L) / L
         for b in range(nblk):
             K = Ks[b]
+            r = rows[b, j]
+            src = PC[b] if PRED[b] else covs[b][r]
             for i in range(K):
                 Q[i] = QQ[b, i]
                 Z[i] = Q[i] / L
+            chk = 0.0  # v·0 is 0 for a finite v, NaN otherwise
+            for i in range(K):
+                v = PM[b, i] + Q[i] * u
+                PM[b, i] = v
+                chk += v * 0.0
+            if sym[b]:  # an exactly symmetric Σ: Σ − Z Zᵀ is too, and 0.5(C + Cᵀ) = C bit for bit
+                for i in range(K):
+                    zi = Z[i]
+                    for k in range(K):
+                        v = src[i, k] - zi * Z[k]
+                        PC[b, i, k] = v
+                        chk += v * 0.0
+            else:
+                for i in range(K):
+                    for k in range(i, K):
+                        v = 0.5 * ((src[i, k] - Z[i] * Z[k]) + (src[k, i] - Z[k] * Z[i]))
+                        PC[b, i, k] = v
+                        PC[b, k, i] = v
+                        chk += v * 0.0
             if dynamic:
+                srx = PX[b] if PRED[b] else crosses[b][r]
+                rc = ref_covs[b]
                 for i in range(K):
                     v = 0.0
                     for k in range(K):
-                        v += PX[b, i, k] * J[b, k]
+                        v += srx[i, k] * J[b, k]
                     Q0[i] = v
                     Z0[i] = v / L
-            for i in range(K):
-                PM[b, i] = PM[b, i] + Q[i] * u
-                for k in range(i, K):
-                    v = 0.5 * ((PC[b, i, k] - Z[i] * Z[k]) + (PC[b, k, i] - Z[k] * Z[i]))
-                    PC[b, i, k] = v
-                    PC[b, k, i] = v
-            if not (_all_finite_row(PM[b], K) and _all_finite_sq(PC[b], K)):
-                return j, FAILED
-            if dynamic:
                 for i in range(K):
-                    PRM[b, i] = PRM[b, i] + Q0[i] * u
+                    v = PRM[b, i] + Q0[i] * u
+                    PRM[b, i] = v
+                    chk += v * 0.0
+                    zi = Z0[i]
                     for k in range(K):
-                        PX[b, i, k] = PX[b, i, k] - Z0[i] * Z[k]
-                    for k in range(i, K):
-                        v = 0.5 * ((PRC[b, i, k] - Z0[i] * Z0[k]) + (PRC[b, k, i] - Z0[k] * Z0[i]))
-                        PRC[b, i, k] = v
-                        PRC[b, k, i] = v
-                if not (_all_finite_row(PRM[b], K) and _all_finite_sq(PX[b], K) and _all_finite_sq(PRC[b], K)):
-                    return j, FAILED
+                        v = srx[i, k] - zi * Z[k]
+                        PX[b, i, k] = v
+                        chk += v * 0.0
+                    if sym[b]:
+                        for k in range(K):
+                            v = rc[r, i, k] - zi * Z0[k]
+                            PRC[b, i, k] = v
+                            chk += v * 0.0
+                    else:
+                        for k in range(i, K):
+                            v = 0.5 * ((rc[r, i, k] - Z0[i] * Z0[k]) + (rc[r, k, i] - Z0[k] * Z0[i]))
+                            PRC[b, i, k] = v
+                            PRC[b, k, i] = v
+                            chk += v * 0.0
+            if not chk == 0.0:
+                return j, FAILED
         for b in range(nblk):
             r = rows[b, j]
             K = Ks[b]
@@ -559,10 +565,12 @@ def run_events_compiled(filt, slot_ids, values, Y, weights) -> int:
     bound = -1.0 if bound is None else float(bound)
     max_log_rate = float(getattr(lk, "max_log_rate", 30.0))
     tiny = float(torch.finfo(filt.dtype).eps) ** 2
+    # a table whose prior covariance is exactly symmetric holds only exactly symmetric covariances
+    sym = np.array([bool(torch.equal(t._prior_cov, t._prior_cov.T)) for t in tables], dtype=np.bool_)
     done, status = factorization_events(
         rows, vals, voff, Yn, w, has_w, t0, means, covs, lasts, ref_means, crosses, ref_covs, nblk, nslot, Ks, nfeat,
         pfeat, sig, fm_lin, cp_off, cp_order, cp_ctx, bool(filt.has_bias), lik, noise, eps_min, min_var, bound,
-        max_log_rate, tiny, dynamic, log_alpha, g_den, omegas)
+        max_log_rate, tiny, dynamic, log_alpha, g_den, omegas, sym)
     done = int(done)
     filt.time = t0 + done
     if lik == LIK_ADAPTIVE and done > 0:
