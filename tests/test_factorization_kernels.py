@@ -229,6 +229,9 @@ def test_not_served():
     half = copy.deepcopy(mf)
     half.dtype = torch.float16
     assert not serves(half)
+    with pytest.raises(ValueError, match="does not serve"):
+        run_events_compiled(fm3, [[0], [1]], [torch.ones(1, 1, dtype=torch.float64)] * 2,
+                            torch.zeros(1, 1, dtype=torch.float64), None)
 
 
 @pytest.mark.parametrize("dynamic, fail_at", [("learned", 9), (None, 0), ("fixed", 17)])
@@ -250,8 +253,9 @@ def test_failure_keeps_the_events_before(dynamic, fail_at):
     with pytest.raises(FilterStepError):  # the torch step fails there too
         _torch_steps(probe, slot_ids, values, Y, w, fail_at, fail_at + 1)
     f2 = est.filter_
-    with pytest.raises(FilterStepError):
+    with pytest.raises(FilterStepError) as failure:
         run_events_compiled(f2, slot_ids, values, Y, w)
+    assert failure.value.rows_done == fail_at
     _assert_same(reference, f2, 1e-10)  # the events before kept; sizes, ids, draws, time restored
     assert 100 not in f2.tables["column 0"].ids and 101 not in f2.tables["column 1"].ids
     # and the stream goes on from there as the torch engine's

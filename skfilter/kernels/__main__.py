@@ -36,8 +36,8 @@ def warm_up(verbose=True) -> float:
 
 
 def _warm_up_factorization():
-    """The factorization DEKF kernel (:mod:`skfilter.kernels.factorization`) in both dtypes and both
-    padded widths (up to 4 and up to 8 blocks): a FactorizationRegressor fit, then a chunk through
+    """The factorization DEKF kernel (:mod:`skfilter.kernels.factorization`, up to 8 blocks) in both
+    dtypes: a FactorizationRegressor fit, then a chunk through
     :func:`~skfilter.kernels.factorization.run_events_compiled` directly."""
     import numpy as np
     import torch
@@ -46,18 +46,16 @@ def _warm_up_factorization():
     from .factorization import run_events_compiled, serves
 
     rng = np.random.default_rng(0)
-    for n_ids in (2, 5):  # MF: 3 blocks; CP of order 5: 6 blocks
-        X = rng.integers(0, 4, size=(8, n_ids)).astype(object)
-        y = rng.normal(size=8)
-        for dtype in ("float64", "float32"):
-            est = FactorizationRegressor(model="mf" if n_ids == 2 else "cp", n_factors=2,
-                                         entity_columns=list(range(n_ids)), random_state=0, dtype=dtype)
-            est.fit(X[:4], y[:4])
-            filt = est.filter_
-            if serves(filt):
-                ids, context = est._split_columns(X[4:], False)
-                Y = torch.as_tensor(y[4:, None], dtype=filt.dtype)
-                run_events_compiled(filt, est._slot_ids(ids), est._slot_values(ids, context), Y, None)
+    X = rng.integers(0, 4, size=(8, 2)).astype(object)
+    y = rng.normal(size=8)
+    for dtype in ("float64", "float32"):
+        est = FactorizationRegressor(model="mf", n_factors=2, entity_columns=[0, 1], random_state=0, dtype=dtype)
+        est.fit(X[:4], y[:4])
+        filt = est.filter_
+        if serves(filt):
+            ids, context = est._split_columns(X[4:], False)
+            Y = torch.as_tensor(y[4:, None], dtype=filt.dtype)
+            run_events_compiled(filt, est._slot_ids(ids), est._slot_values(ids, context), Y, None)
 
 
 if __name__ == "__main__":  # pragma: no cover - a command

@@ -422,7 +422,8 @@ def serves(filt) -> bool:
         names = [s.name for s in filt.slots] + (["bias"] if filt.has_bias else [])
         if len(set(names)) != len(names) or not filt.slots:
             return False
-        if _codes(filt) is None:
+        codes = _codes(filt)
+        if codes is None:
             return False
         for s, slot in enumerate(filt.slots):
             table = filt.tables[slot.name]
@@ -432,9 +433,8 @@ def serves(filt) -> bool:
                 return False
         if filt.has_bias and filt.tables["bias"].K != 1:
             return False
-        if type(filt.signal).__name__ == "FactorizationMachine":
-            if len({filt.signal.params_per_feature(s) for s in range(len(filt.slots))}) != 1:
-                return False
+        if codes[0] == SIG_FM2 and len({filt.signal.params_per_feature(s) for s in range(len(filt.slots))}) != 1:
+            return False
         return True
     except (AttributeError, KeyError, IndexError, TypeError):
         return False
@@ -495,12 +495,17 @@ def run_events_compiled(filt, slot_ids, values, Y, weights) -> int:
     Raises
     ------
     FilterStepError
-        On a numerical failure at event ``k``: the events before ``k`` are learned and kept, event
-        ``k`` is not written, the entities first seen at ``k`` or later are removed again and the
-        time and noise are those after event ``k − 1``.
+        On a numerical failure at event ``k`` (its ``rows_done`` is ``k``): the events before ``k``
+        are learned and kept, event ``k`` is not written (not even its lazy predict), the entities
+        first seen at ``k`` or later are removed again (ids, ``n_entities`` and the tables' random
+        draws) and the time and noise are those after event ``k − 1``.
+    ValueError
+        If :func:`serves` is False for ``filt``.
     """
     from ..exceptions import FilterStepError
 
+    if not serves(filt):
+        raise ValueError("run_events_compiled does not serve this filter (see serves); use FactorizationFilter.step.")
     codes = _codes(filt)
     sig, fm_lin, cp_off, cp_order, cp_ctx, lik = codes
     n = int(Y.shape[0])
@@ -536,8 +541,8 @@ def run_events_compiled(filt, slot_ids, values, Y, weights) -> int:
     Ks = np.array([t.K for t in tables], dtype=np.int64)
     nfeat = np.array([s.n_features for s in filt.slots], dtype=np.int64)
     pfeat = np.array([filt.signal.params_per_feature(s) for s in range(nslot)], dtype=np.int64)
-    # per-block arrays, padded to a multiple of 4 blocks (fewer compiled variants)
-    width = 4 * ((nblk + 3) // 4)
+    # per-block arrays, padded to a multiple of 8 blocks (one compiled variant per dtype up to 8 blocks)
+    width = 8 * ((nblk + 7) // 8)
     dummy2 = np.zeros((1, 1), dtype=np_dtype)
     dummy3 = np.zeros((1, 1, 1), dtype=np_dtype)
     dummy1 = np.zeros(1, dtype=np.int64)
@@ -590,6 +595,8 @@ def run_events_compiled(filt, slot_ids, values, Y, weights) -> int:
         table._rng.bit_generator.state = state
         if keep:
             table._rng.standard_normal((keep, table.K))
-    raise FilterStepError(f"The DEKF step of event {done} of the chunk produced a non-finite value or an innovation "
+    err = FilterStepError(f"The DEKF step of event {done} of the chunk produced a non-finite value or an innovation "
                           "that is not positive; the events before it are learned and kept. Try a smaller "
                           "prior_variance, a larger obs_variance, or iterations > 1.")
+    err.rows_done = done
+    raise err
