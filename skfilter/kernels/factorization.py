@@ -24,6 +24,13 @@ failing event leaves the tables as the previous event left them. New entities ar
 in Python, in order of first appearance (the same random prior means as ``step`` draws), each with
 ``last_time`` its first event's time (a new entity's state is stationary under the predict, and
 ``Δ = 0`` at its first event as in ``step``).
+
+Both engines agree to rounding (tests/test_factorization_kernels.py: ~1e-13 relative in float64,
+~1e-5 in float32, where the kernel accumulates in float64 and rounds each stored value to the table's
+dtype); the kernel lets LLVM reassociate its sums and fuse multiply-adds (``fastmath`` limited to
+``reassoc`` and ``contract``, so that non-finite values are still detected). One compiled variant per
+dtype serves up to 8 blocks (the per-block arrays are padded), compiled on first use and cached on
+disk (``python -m skfilter.kernels`` compiles it ahead).
 """
 
 from __future__ import annotations
