@@ -28,10 +28,34 @@ def warm_up(verbose=True) -> float:
                         EKFRegressor(hidden_layer_sizes=(3,), covariance="vd", dtype=dtype),
                         EKFRegressor(hidden_layer_sizes=(3,), covariance="full", dtype=dtype)):
                 est.fit(X, y)
+        _warm_up_factorization()
     seconds = time.perf_counter() - t0
     if verbose:
         print(f"skfilter kernels compiled and cached in {seconds:.1f} s.")
     return seconds
+
+
+def _warm_up_factorization():
+    """The factorization DEKF kernel (:mod:`skfilter.kernels.factorization`, up to 8 blocks) in both
+    dtypes: a FactorizationRegressor fit, then a chunk through
+    :func:`~skfilter.kernels.factorization.run_events_compiled` directly."""
+    import numpy as np
+    import torch
+
+    from .. import FactorizationRegressor
+    from .factorization import run_events_compiled, serves
+
+    rng = np.random.default_rng(0)
+    X = rng.integers(0, 4, size=(8, 2)).astype(object)
+    y = rng.normal(size=8)
+    for dtype in ("float64", "float32"):
+        est = FactorizationRegressor(model="mf", n_factors=2, entity_columns=[0, 1], random_state=0, dtype=dtype)
+        est.fit(X[:4], y[:4])
+        filt = est.filter_
+        if serves(filt):
+            ids, context = est._split_columns(X[4:], False)
+            Y = torch.as_tensor(y[4:, None], dtype=filt.dtype)
+            run_events_compiled(filt, est._slot_ids(ids), est._slot_values(ids, context), Y, None)
 
 
 if __name__ == "__main__":  # pragma: no cover - a command
