@@ -432,6 +432,14 @@ def test_bad_input_raises_before_learning_and_changes_nothing():
 
 
 def test_a_failed_step_keeps_the_last_good_belief_and_learns_again():
+    """The torch path (the compiled one has the same contract: tests/test_factorization_kernels.py)."""
+    from skfilter.kernels import compiled_kernels
+
+    with compiled_kernels(False):
+        _failed_step_keeps_the_last_good_belief()
+
+
+def _failed_step_keeps_the_last_good_belief():
     users, items, y = _ratings(n=100)
     X = np.column_stack([users, items]).astype(object)
     reg = FactorizationRegressor(model="mf", n_factors=2, obs_variance=1.0, random_state=0).fit(X[:50], y[:50])
@@ -516,3 +524,28 @@ def test_the_user_guide_page_runs():
     assert np.sqrt(np.mean((mean - rating[2500:]) ** 2)) < 0.7 * rating.std()
     assert 0.85 < np.mean(np.abs(mean - rating[2500:]) < 2 * std)
     assert ns["reg"].n_samples_seen_ == 3000
+
+
+@pytest.mark.parametrize("make", [
+    lambda: FactorizationRegressor(model="mf", n_factors=2, random_state=0),
+    lambda: FactorizationRegressor(model="fm", n_factors=2, half_life=40, random_state=0),
+    lambda: FactorizationClassifier(model="cp", n_factors=2, random_state=0),
+])
+def test_the_compiled_path_of_fit_equals_the_torch_path(make):
+    from skfilter.kernels import compiled_kernels
+
+    users, items, y = _ratings(n=300)
+    X = np.column_stack([users, items, users % 7]).astype(object) if "cp" in repr(make()) else \
+        np.column_stack([users, items]).astype(object)
+    target = (y > 3).astype(int) if is_classifier_name(make()) else y
+    with compiled_kernels(True):
+        fast = make().fit(X[:200], target[:200]).partial_fit(X[200:], target[200:])
+    with compiled_kernels(False):
+        slow = make().fit(X[:200], target[:200]).partial_fit(X[200:], target[200:])
+    out = "predict_proba" if is_classifier_name(fast) else "predict"
+    np.testing.assert_allclose(getattr(fast, out)(X[:50]), getattr(slow, out)(X[:50]), rtol=1e-9, atol=1e-12)
+    assert fast.n_samples_seen_ == slow.n_samples_seen_ == 300
+
+
+def is_classifier_name(est):
+    return type(est).__name__.endswith("Classifier")

@@ -121,6 +121,20 @@ class EntityTable:
             self.cross = torch.zeros(cap, K, K, **opts)
             self.ref_cov = torch.zeros(cap, K, K, **opts)
 
+    @property
+    def generator_state(self):
+        """The state of the generator of new entities' prior means (to undo a failed step)."""
+        return self._rng.bit_generator.state
+
+    @generator_state.setter
+    def generator_state(self, state):
+        self._rng.bit_generator.state = state
+
+    def skip_draws(self, n: int):
+        """Advance the generator past the prior-mean draws of ``n`` new entities (as creating them
+        would), without creating them."""
+        self._rng.standard_normal((int(n), self.K))
+
     # -- state ------------------------------------------------------------------------------------
     def _fields(self):
         names = ["mean", "cov", "last_time"]

@@ -168,8 +168,11 @@ class FactorizationFilter:
         ``values[s]`` the slot's feature values ``(n_s,)`` tensor, ``y (d,)`` the target row."""
         self.time += 1
         t = self.time
-        names, rows, states = self._event_blocks([[i] for i in ids], 1, t, write=True, create=True)
-        if weight <= 0:
+        names, rows, states = self._event_blocks([[i] for i in ids], 1, t, write=False, create=True)
+        if weight <= 0:  # no update, but the blocks were brought forward to this time
+            for name, r, state in zip(names, rows, states):
+                if self.alpha is not None:
+                    self.tables[name].write(r, state)
             return
         blocks = [{k: v[0] for k, v in s.items() if k != "last_time"} for s in states]
         vals = [v.reshape(1, -1) for v in values]
@@ -177,8 +180,11 @@ class FactorizationFilter:
         new_blocks, noise = self._update(blocks, vals, Y, float(weight))
         for name, r, old, new in zip(names, rows, states, new_blocks):
             finite_or_raise(*new.values())
-        for name, r, new in zip(names, rows, new_blocks):
-            self.tables[name].write(r, {k: v.unsqueeze(0) for k, v in new.items()})
+        for name, r, old, new in zip(names, rows, states, new_blocks):  # the predict and the update, at once
+            written = {k: v.unsqueeze(0) for k, v in new.items()}
+            if "last_time" in old:
+                written["last_time"] = old["last_time"]
+            self.tables[name].write(r, written)
         self.noise = noise
 
     def _linearise(self, blocks, vals):

@@ -524,7 +524,7 @@ def run_events_compiled(filt, slot_ids, values, Y, weights) -> int:
     nslot = len(filt.slots)
     nblk = len(names)
     tables = [filt.tables[k] for k in names]
-    rng_states = [t._rng.bit_generator.state for t in tables]
+    rng_states = [t.generator_state for t in tables]
     sizes = [(t.n_entities, len(t.ids)) for t in tables]
     rows = np.empty((nblk, n), dtype=np.int64)
     created = []
@@ -599,9 +599,9 @@ def run_events_compiled(filt, slot_ids, values, Y, weights) -> int:
         for key in new[keep:]:
             del table.ids[key]
         table.n_entities = n0 + keep
-        table._rng.bit_generator.state = state
+        table.generator_state = state
         if keep:
-            table._rng.standard_normal((keep, table.K))
+            table.skip_draws(keep)
     err = FilterStepError(f"The DEKF step of event {done} of the chunk produced a non-finite value or an innovation "
                           "that is not positive; the events before it are learned and kept. Try a smaller "
                           "prior_variance, a larger obs_variance, or iterations > 1.")
