@@ -341,15 +341,16 @@ def test_matrix_factorization_learns_ratings_and_reports_its_uncertainty():
 
 
 def test_ids_of_any_kind_and_unseen_ids_use_the_prior():
-    users, items, y = _ratings(n=200)
+    users, items, y = _ratings(n=1200)
     frame = pd.DataFrame({"user": [f"u{u}" for u in users], "item": pd.Categorical(items), "hour": users % 24})
     reg = FactorizationRegressor(model="mf", entity_columns=["user", "item"], n_factors=2, random_state=0)
     reg.fit(frame, y)
     assert reg.entity_columns_ == (0, 1) and reg.n_entities()["column 0"] == len(set(users))
-    unseen = pd.DataFrame({"user": ["nobody"], "item": pd.Categorical([items[0]]), "hour": [3]})
+    seen = frame.iloc[:1]
+    unseen = seen.assign(user="nobody")
     m, s = reg.predict(unseen, return_std=True)
-    seen_m, seen_s = reg.predict(frame.iloc[:1], return_std=True)
-    assert s[0] > seen_s[0]  # a new user is uncertain
+    seen_m, seen_s = reg.predict(seen, return_std=True)
+    assert s[0] > 1.2 * seen_s[0]  # a new user is uncertain
     assert reg.n_entities()["column 0"] == len(set(users))  # predicting created nothing
     # 'auto' takes the non-numeric columns of a DataFrame
     auto = FactorizationRegressor(model="mf", n_factors=2, random_state=0).fit(frame, y)
@@ -549,3 +550,45 @@ def test_the_compiled_path_of_fit_equals_the_torch_path(make):
 
 def is_classifier_name(est):
     return type(est).__name__.endswith("Classifier")
+
+
+@pytest.mark.parametrize("half_life", [None, 30.0])
+def test_pickling_mid_stream_continues_the_stream_exactly(half_life):
+    import pickle
+
+    users, items, y = _ratings(n=200)
+    X = np.column_stack([users, items]).astype(object)
+    reg = FactorizationRegressor(model="mf", n_factors=2, half_life=half_life, random_state=0).fit(X[:100], y[:100])
+    twin = pickle.loads(pickle.dumps(reg))
+    reg.partial_fit(X[100:], y[100:])
+    twin.partial_fit(X[100:], y[100:])
+    np.testing.assert_array_equal(twin.predict(X[:20]), reg.predict(X[:20]))
+    np.testing.assert_array_equal(twin.sample_y(X[:3], 4, random_state=0), reg.sample_y(X[:3], 4, random_state=0))
+
+
+def test_numeric_context_in_one_block_or_one_entity_per_column():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(150, 4))
+    y = X @ [1.0, -1.0, 0.5, 0.0] + 0.1 * rng.normal(size=150)
+    joint = FactorizationRegressor(model="glm", context_blocks="joint", random_state=0).fit(X, y)
+    per_column = FactorizationRegressor(model="glm", context_blocks="per-column", random_state=0).fit(X, y)
+    assert list(joint.filter_.tables) == ["context", "bias"]
+    assert list(per_column.filter_.tables) == [f"context {j}" for j in range(4)] + ["bias"]
+    # one block over the weights of a linear-Gaussian model: a correlated posterior; per column: not
+    assert np.abs(np.asarray(joint.filter_.tables["context"].cov[0]) - np.diag(np.diag(
+        np.asarray(joint.filter_.tables["context"].cov[0])))).max() > 1e-6
+    for est in (joint, per_column):
+        assert est.score(X, y) > 0.9
+    with pytest.raises(ValueError, match="per-column"):
+        FactorizationRegressor(model="mf", entity_columns=[0, 1], context_blocks="per-column").fit(
+            np.column_stack([X[:, :2].round().astype(int), X[:, 2]]), y)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available")
+def test_cuda_factorization_matches_the_cpu():
+    users, items, y = _ratings(n=200)
+    X = np.column_stack([users, items]).astype(object)
+    cpu = FactorizationRegressor(model="mf", n_factors=2, random_state=0, dtype="float64").fit(X, y)
+    gpu = FactorizationRegressor(model="mf", n_factors=2, random_state=0, dtype="float64", device="cuda").fit(X, y)
+    np.testing.assert_allclose(gpu.predict(X[:20]), cpu.predict(X[:20]), rtol=1e-8)

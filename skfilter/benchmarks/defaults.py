@@ -54,7 +54,8 @@ def estimators(task, seed):
     from sklearn.linear_model import BayesianRidge
     from sklearn.neural_network import MLPClassifier, MLPRegressor
 
-    from .. import (BOCDClassifier, BOCDRegressor, EKFClassifier, EKFRegressor, HiLoFiClassifier, HiLoFiRegressor,
+    from .. import (BOCDClassifier, BOCDRegressor, EKFClassifier, EKFRegressor, FactorizationClassifier,
+                    FactorizationRegressor, HiLoFiClassifier, HiLoFiRegressor,
                     LoFiClassifier, LoFiRegressor, LoLoFiClassifier, LoLoFiRegressor, LRKFClassifier, LRKFRegressor,
                     PULSEClassifier, PULSERegressor, SubspaceClassifier, SubspaceRegressor, WoLFClassifier,
                     WoLFRegressor)
@@ -70,6 +71,7 @@ def estimators(task, seed):
             "LoLoFiClassifier": LoLoFiClassifier(random_state=seed),
             "SubspaceClassifier": SubspaceClassifier(random_state=seed),
             "PULSEClassifier": PULSEClassifier(random_state=seed),
+            "FactorizationClassifier": FactorizationClassifier(random_state=seed),
             "WoLFClassifier": WoLFClassifier(LoFiClassifier(random_state=seed)),
             "BOCDClassifier": BOCDClassifier(LoFiClassifier(random_state=seed)),
             "MLPClassifier": MLPClassifier(random_state=seed),
@@ -84,6 +86,7 @@ def estimators(task, seed):
         "LoLoFiRegressor": LoLoFiRegressor(random_state=seed),
         "SubspaceRegressor": SubspaceRegressor(random_state=seed),
         "PULSERegressor": PULSERegressor(random_state=seed),
+        "FactorizationRegressor": FactorizationRegressor(random_state=seed),
         "WoLFRegressor": WoLFRegressor(LoFiRegressor(random_state=seed)),
         "BOCDRegressor": BOCDRegressor(LoFiRegressor(random_state=seed)),
         "MLPRegressor": MLPRegressor(random_state=seed),

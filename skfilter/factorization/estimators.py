@@ -56,6 +56,10 @@ __all__ = ["FactorizationRegressor", "FactorizationClassifier"]
 
 MODELS = ("fm", "mf", "cp", "glm")
 
+#: ``context_blocks='auto'`` keeps the numeric context in one block up to this many parameters
+#: (its covariance costs the square per event), one block per column above
+_JOINT_CONTEXT_SIZE = 512
+
 #: events per call of the compiled DEKF (about 0.3 s on MF: an interrupt waits at most that long)
 _KERNEL_CHUNK = 1 << 16
 
@@ -72,6 +76,9 @@ def _is_numeric_dtype(dtype) -> bool:
 class _FactorizationBase(ValidatedParamsMixin, BaseEstimator):
     """What the regressor and the classifier share (module docstring)."""
 
+    #: the prior variance of the numeric context's linear weights is this × s² / n_context
+    _context_scale_factor = 1.0
+
     _parameter_constraints = {
         "model": [StrOptions(set(MODELS))],
         "entity_columns": [StrOptions({"auto"}), None, list, tuple],
@@ -84,6 +91,7 @@ class _FactorizationBase(ValidatedParamsMixin, BaseEstimator):
         "half_life": [None, Interval(numbers.Real, 0, None, closed="neither")],
         "drift_variance": [StrOptions({"auto"}), Interval(numbers.Real, 0, None, closed="left")],
         "reference": [StrOptions({"learned", "fixed"})],
+        "context_blocks": [StrOptions({"auto", "joint", "per-column"})],
         "iterations": [Interval(numbers.Integral, 1, None, closed="left")],
         "tol": [Interval(numbers.Real, 0, None, closed="left")],
         "n_epochs": [Interval(numbers.Integral, 1, None, closed="left")],
@@ -176,7 +184,7 @@ class _FactorizationBase(ValidatedParamsMixin, BaseEstimator):
         return ids, context
 
     # -- building the model -------------------------------------------------------------------------
-    def _signal_and_slots(self, n_ids, n_ctx, scale, factor_var, bias_var, jitter):
+    def _signal_and_slots(self, n_ids, n_ctx, scale, factor_var, bias_var, jitter, context_var=None):
         """The signal and its slots (module docstring), with each slot's entity prior."""
         model, a = self.model, int(self.n_factors)
         if model in ("mf", "cp") and n_ids < 2:
@@ -194,17 +202,14 @@ class _FactorizationBase(ValidatedParamsMixin, BaseEstimator):
             return EntityPrior(np.tile(mean, n_features), np.tile(var, n_features), np.tile(jit, n_features))
 
         slots = []
-        if model == "glm":
-            signal = LinearSignal()
-            slots = [Slot(f"column {j}", 1, False, prior(1, 0)) for j in self.entity_columns_]
-            if context:
-                slots.append(Slot("context", n_ctx, True, prior(1, 0, n_ctx, bias_var / n_ctx)))
-        elif model == "fm":
-            signal = FactorizationMachine(a, order=int(self.order))
+        if model in ("glm", "fm"):
+            signal = LinearSignal() if model == "glm" else FactorizationMachine(a, order=int(self.order))
             n_fac = signal.n_params_per_feature - 1
             slots = [Slot(f"column {j}", 1, False, prior(1, n_fac)) for j in self.entity_columns_]
-            if context:
-                slots.append(Slot("context", n_ctx, True, prior(1, n_fac, n_ctx, bias_var / n_ctx)))
+            if context and self._context_per_column:  # one entity per numeric column
+                slots += [Slot(f"context {j}", 1, True, prior(1, n_fac, 1, context_var)) for j in range(n_ctx)]
+            elif context:
+                slots.append(Slot("context", n_ctx, True, prior(1, n_fac, n_ctx, context_var)))
         else:
             cls = MatrixFactorization if model == "mf" else CPFactorization
             kwargs = {"biases": bool(self.biases), "context": context}
@@ -214,7 +219,7 @@ class _FactorizationBase(ValidatedParamsMixin, BaseEstimator):
             n_lin = 1 if self.biases else 0
             slots = [Slot(f"column {j}", 1, False, prior(n_lin, a)) for j in self.entity_columns_]
             if context:
-                slots.append(Slot("context", n_ctx, True, prior(1, 0, n_ctx, bias_var / n_ctx)))
+                slots.append(Slot("context", n_ctx, True, prior(1, 0, n_ctx, context_var)))
         return signal, slots
 
     def _build(self, ids, context, Y, weights, device, dtype):
@@ -226,10 +231,27 @@ class _FactorizationBase(ValidatedParamsMixin, BaseEstimator):
         d = self._n_outputs_model()
         centre, scale = self._target_centre_scale(Y, weights)
         a = int(self.n_factors)
-        factor_var = 0.5 * scale / math.sqrt(a) if self.prior_variance == "auto" else float(self.prior_variance)
+        # 'auto': the prior interaction term has spread s/2 whatever the number of features an
+        # event involves (m features: m(m − 1)/2 pairs of a products each in a factorization machine)
+        m = len(ids) + n_ctx
+        pairs = max(1, m * (m - 1) // 2) if self.model == "fm" else 1
+        factor_var = 0.5 * scale / math.sqrt(a * pairs) if self.prior_variance == "auto" else \
+            float(self.prior_variance)
         bias_var = (0.5 * scale) ** 2 if self.bias_variance == "auto" else float(self.bias_variance)
         jitter = float(self.init_scale) * math.sqrt(factor_var)
-        signal, slots = self._signal_and_slots(len(ids), n_ctx, scale, factor_var, bias_var, jitter)
+        # the context's linear weights: a prior linear term of the targets' whole spread (logits: the
+        # network classifiers' 3 × 1/fan_in), whatever the number of columns
+        context_var = (self._context_scale_factor * scale ** 2 / max(n_ctx, 1) if self.bias_variance == "auto"
+                       else float(self.bias_variance))
+        p = 1 + (0 if self.model == "glm" else a * (int(self.order) - 1) if self.model == "fm" else 0)
+        if self.context_blocks == "auto":
+            self._context_per_column = self.model in ("fm", "glm") and d * n_ctx * p > _JOINT_CONTEXT_SIZE
+        else:
+            if self.context_blocks == "per-column" and self.model not in ("fm", "glm"):
+                raise ValueError(f"context_blocks='per-column' applies to model='fm' and 'glm'; model={self.model!r} "
+                                 "has one block of linear context weights.")
+            self._context_per_column = self.context_blocks == "per-column"
+        signal, slots = self._signal_and_slots(len(ids), n_ctx, scale, factor_var, bias_var, jitter, context_var)
         # d outputs: every block holds d copies of its features' parameters
         slots = [s._replace(prior=EntityPrior(np.tile(s.prior.mean, d), np.tile(s.prior.variance, d),
                                                np.tile(s.prior.jitter, d))) for s in slots]
@@ -253,11 +275,13 @@ class _FactorizationBase(ValidatedParamsMixin, BaseEstimator):
         opts = {"dtype": f.dtype, "device": f.device}
         values = [torch.ones(n, 1, **opts) for _ in ids]
         if self._n_context:
-            values.append(torch.as_tensor((context - self._context_offset) / self._context_scale, **opts))
+            standardised = torch.as_tensor((context - self._context_offset) / self._context_scale, **opts)
+            values += list(standardised.split(1, dim=1)) if self._context_per_column else [standardised]
         return values
 
     def _slot_ids(self, ids):
-        return list(ids) + ([None] if self._n_context else [])
+        n_context_slots = (self._n_context if self._context_per_column else 1) if self._n_context else 0
+        return list(ids) + [None] * n_context_slots
 
     # -- fitting ------------------------------------------------------------------------------------
     def _fit(self, X, y, sample_weight, reset, classes=None):
@@ -393,11 +417,12 @@ _MODEL_DOC = """\
     biases : bool, default=True
         Entity biases in ``'mf'`` and ``'cp'``.
     prior_variance : 'auto' or float, default='auto'
-        Prior variance ``Π`` of each factor coordinate; ``'auto'``: ``s / (2√a)`` for targets of
-        scale ``s`` ({scale}), so that a prior interaction ``ξ_uᵀξ_v`` has standard deviation ``s/2``.
+        Prior variance ``Π`` of each factor coordinate; ``'auto'``: ``s / (2√(a P))`` for targets of
+        scale ``s`` ({scale}) and ``P`` pairs of features in an event (1 but for
+        ``model='fm'``), so that the prior interaction term has standard deviation ``s/2``.
     bias_variance : 'auto' or float, default='auto'
-        Prior variance of entity biases and linear weights (``'auto'``: ``(s/2)²``) and of the global
-        bias (``s²``, centred on {centre}).
+        Prior variance of entity biases (``'auto'``: ``(s/2)²``), of the numeric context's linear
+        weights (``{context} s² / n_context``) and of the global bias (``s²``, centred on {centre}).
     init_scale : float, default=0.5
         A new entity's prior mean of its factors is drawn ``N(0, (init_scale·√Π)²)`` once (a zero
         mean is a stationary point of a bilinear signal: nothing would ever be learned).
@@ -410,6 +435,11 @@ _MODEL_DOC = """\
         reference (``'auto'``: the factor prior variance). Ignored without ``half_life``.
     reference : {{'learned', 'fixed'}}, default='learned'
         The reference vectors are learned jointly (Alg. 2) or fixed at the prior mean.
+    context_blocks : {{'auto', 'joint', 'per-column'}}, default='auto'
+        The entities of the numeric context (``'fm'``, ``'glm'``): one block of all the columns'
+        parameters (their correlations kept), or one entity per column (the paper's factorization
+        machine, whose entities are its features; a cost per event linear in the columns).
+        ``'auto'``: one block up to 512 parameters (outputs × columns × parameters per column).
     iterations : int, default=1
         1: the DEKF step. More: the decoupled iterated EKF (Fisher scoring to the MAP of the involved
         entities with a line search; §4.2), safer for strongly non-linear outcomes with a vague prior.
@@ -436,7 +466,7 @@ class FactorizationRegressor(RegressorMixin, _FactorizationBase):
 
     Parameters
     ----------
-{_MODEL_DOC.format(scale=":func:`skfilter.priors.target_scale`", centre="the targets' median")}
+{_MODEL_DOC.format(scale=":func:`skfilter.priors.target_scale`", centre="the targets' median", context="")}
     obs_variance : 'auto' or float, default='auto'
         Gaussian noise variance ``r``; ``'auto'``: the online estimate of the network regressors,
         started at the squared scale of the first call's targets.
@@ -475,8 +505,8 @@ class FactorizationRegressor(RegressorMixin, _FactorizationBase):
 
     def __init__(self, model="fm", *, entity_columns="auto", n_factors=8, order=2, biases=True,
                  prior_variance="auto", bias_variance="auto", init_scale=0.5, half_life=None, drift_variance="auto",
-                 reference="learned", iterations=1, tol=1e-8, obs_variance="auto", likelihood="gaussian", n_epochs=1,
-                 random_state=None, device="cpu", dtype=None):
+                 reference="learned", context_blocks="auto", iterations=1, tol=1e-8, obs_variance="auto",
+                 likelihood="gaussian", n_epochs=1, random_state=None, device="cpu", dtype=None):
         self.model = model
         self.entity_columns = entity_columns
         self.n_factors = n_factors
@@ -488,6 +518,7 @@ class FactorizationRegressor(RegressorMixin, _FactorizationBase):
         self.half_life = half_life
         self.drift_variance = drift_variance
         self.reference = reference
+        self.context_blocks = context_blocks
         self.iterations = iterations
         self.tol = tol
         self.obs_variance = obs_variance
@@ -609,7 +640,7 @@ class FactorizationClassifier(ClassifierMixin, _FactorizationBase):
 
     Parameters
     ----------
-{_MODEL_DOC.format(scale="``s = 1`` on the logit scale", centre="0")}
+{_MODEL_DOC.format(scale="``s = 1`` on the logit scale", centre="0", context="3")}
 {_REST_DOC}
 
     Attributes
@@ -635,8 +666,8 @@ class FactorizationClassifier(ClassifierMixin, _FactorizationBase):
 
     def __init__(self, model="fm", *, entity_columns="auto", n_factors=8, order=2, biases=True,
                  prior_variance="auto", bias_variance="auto", init_scale=0.5, half_life=None, drift_variance="auto",
-                 reference="learned", iterations=1, tol=1e-8, n_epochs=1, random_state=None, device="cpu",
-                 dtype=None):
+                 reference="learned", context_blocks="auto", iterations=1, tol=1e-8, n_epochs=1, random_state=None,
+                 device="cpu", dtype=None):
         self.model = model
         self.entity_columns = entity_columns
         self.n_factors = n_factors
@@ -648,6 +679,7 @@ class FactorizationClassifier(ClassifierMixin, _FactorizationBase):
         self.half_life = half_life
         self.drift_variance = drift_variance
         self.reference = reference
+        self.context_blocks = context_blocks
         self.iterations = iterations
         self.tol = tol
         self.n_epochs = n_epochs
@@ -689,6 +721,8 @@ class FactorizationClassifier(ClassifierMixin, _FactorizationBase):
         if K == 2:
             return index.reshape(-1, 1).astype(np.float64)
         return np.eye(K)[index]
+
+    _context_scale_factor = 3.0
 
     def _n_outputs_model(self):
         return 1 if len(self.classes_) == 2 else len(self.classes_)
