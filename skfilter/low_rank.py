@@ -37,6 +37,7 @@ import torch
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from ._classification import FilterClassifierMixin, LikelihoodParameterMixin
+from ._docstrings import filter_tail_doc
 from ._estimator import BaseFilter
 from ._regression import FilterRegressorMixin
 from ._validation import raise_invalid_parameter
@@ -277,69 +278,18 @@ _NOISE_DOC = {
         ``q_l`` of the last layer's random walk; ``None``: ``process_noise``.""",
 }
 
-_REST_DOC = """\
-    decay : float, default=1.0
-        ``γ`` of the dynamics, in [0, 1].
-    n_epochs : int, default=1
-        Passes over the data in :meth:`fit` (``partial_fit`` always makes one).
-    shuffle : bool, default=False
-        Shuffle the rows before every pass after the first.
-    batch_size : int, default=1
-        Rows per filter step (one update of their ``B·C`` pseudo-observations, linearised at the
-        same mean).
-    predictive : {predictives}, default={predictive!r}
-        How predictions integrate over the weights: {predictive_text};
-        ``'plugin'`` the network at the posterior mean; ``'mc'`` the average over ``n_mc_samples``
-        weight draws. Read at prediction time.
-    n_mc_samples : int, default=100
-        Parameter draws of the Monte-Carlo predictive.
-    random_state : int, RandomState instance or None, default=None
-        Seeds the initial weights, the shuffles, the ``'random'`` prior factors and the Monte-Carlo
-        predictive.
-    device : str or torch.device, default='cpu'
-        Where the belief lives and the filter runs.
-    dtype : {{None, 'float64', 'float32'}}, default=None
-        ``None``: float64 on the CPU, float32 on a GPU.
-    verbose : int, default=0
-        Show a progress bar while fitting when > 0.
-    warm_start : bool, default=False
-        When True, ``fit`` on a fitted estimator continues from the current belief.
-    **module_kwargs
-        ``module__<name>=value``: constructor arguments of a ``module`` class.
-
-    Attributes
-    ----------
-    n_features_in_ : int
-    n_params_ : int
-        ``P``, the number of parameters the filter learns.
-    module_ : torch.nn.Module
-        The network carrying the posterior mean.
-    posterior_ : skfilter.posteriors.Posterior
-        The belief over the flat parameters (a :class:`~skfilter.posteriors.FactoredCovariance`
-        belief: ``posterior_.belief.factors`` are the square-root factors of the blocks).
-    filter_state_ : skfilter.filtering.FilterState
-    n_samples_seen_ : int
-    n_iter_ : int
-    loss_curve_ : list of float
-{target_attrs}
-"""
-
-_PREDICTIVE_TEXT = {
-    "regressor": ("{'linearized', 'plugin', 'mc'}", "linearized",
-                  "``'linearized'`` — mean ``h(μ, x)``, variance ``J Σ Jᵀ + R`` (eq. 10)"),
-    "classifier": ("{'probit', 'plugin', 'mc'}", "probit",
-                   "``'probit'`` — the generalised probit approximation under the linearised logits"),
-}
-
-_TARGET_ATTRS = {"regressor": "    n_outputs_ : int\n    obs_variance_ : ndarray of shape (n_outputs,)",
-                 "classifier": "    classes_ : ndarray of shape (n_classes,)"}
-
-
 def _doc(summary, layout, target, hidden, q, example):
     noise = _NOISE_DOC["lrkf" if layout == "lrkf" else "two"].format(q=q)
-    choices, default, text = _PREDICTIVE_TEXT[target]
-    rest = _REST_DOC.format(predictives="{" + choices[1:-1] + "}", predictive=default, predictive_text=text,
-                            target_attrs=_TARGET_ATTRS[target])
+    rest = filter_tail_doc(
+        target,
+        batch_size="Rows per filter step (one update of their ``B·C`` pseudo-observations, linearised at the\n"
+                   "        same mean).",
+        seeds="Seeds the initial weights, the shuffles, the ``'random'`` prior factors and the Monte-Carlo\n"
+              "        predictive.",
+        kwargs="    **module_kwargs\n        ``module__<name>=value``: constructor arguments of a ``module`` class.",
+        n_params="``P``, the number of parameters the filter learns.",
+        posterior="The belief over the flat parameters (a :class:`~skfilter.posteriors.FactoredCovariance`\n"
+                  "        belief: ``posterior_.belief.factors`` are the square-root factors of the blocks).")
     network = _NETWORK_DOC.format(hidden=hidden, linear=": then ``'hidden'`` is empty" if layout != "lrkf"
                                   else "")
     return "\n\n".join([summary, "    Parameters\n    ----------\n" + network + "\n" + _RANK_DOCS[layout]

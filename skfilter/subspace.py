@@ -53,6 +53,7 @@ import torch
 from sklearn.utils._param_validation import HasMethods, Interval, RealNotInt, StrOptions
 
 from ._classification import FilterClassifierMixin, LikelihoodParameterMixin
+from ._docstrings import filter_tail_doc
 from ._estimator import BaseFilter
 from ._regression import FilterRegressorMixin
 from ._validation import raise_invalid_parameter
@@ -397,73 +398,26 @@ _NOISE_DOC = {
         ``q_l`` of the last layer's random walk; ``None``: ``process_noise``.""",
 }
 
-_REST_DOC = """\
-    decay : float, default=1.0
-        ``γ`` of the dynamics, in [0, 1].
-    n_epochs : int, default=1
-        Passes over the data in :meth:`fit` (``partial_fit`` always makes one).
-    shuffle : bool, default=False
-        Shuffle the rows before every pass after the first.
-    batch_size : int, default=1
-        Rows per filter step.
-    predictive : {predictives}, default={predictive!r}
-        How predictions integrate over the weights: {predictive_text};
-        ``'plugin'`` the network at the posterior mean; ``'mc'`` the average over ``n_mc_samples``
-        weight draws. Read at prediction time.
-    n_mc_samples : int, default=100
-        Parameter draws of the Monte-Carlo predictive.
-    random_state : int, RandomState instance or None, default=None
-        Seeds the initial weights, the warm-up's batches, the shuffles and the Monte-Carlo predictive.
-    device : str or torch.device, default='cpu'
-        Where the belief lives and the filter runs.
-    dtype : {{None, 'float64', 'float32'}}, default=None
-        ``None``: float64 on the CPU, float32 on a GPU.
-    verbose : int, default=0
-        Show a progress bar while fitting when > 0.
-    warm_start : bool, default=False
-        When True, ``fit`` on a fitted estimator continues from the current belief.
-    **kwargs
-        ``module__<name>=value``: constructor arguments of a ``module`` class;
-        ``warmup__<name>=value``: parameters of the internal
-        :class:`~skfilter.warmup.SubspaceWarmup` (``n_epochs``, ``batch_size``, ``learning_rate``,
-        ``skip``, ``stride``, ``store``, ``center``, ``method``).
-
-    Attributes
-    ----------
-    n_features_in_ : int
-    n_params_ : int
-        The number of coordinates the filter learns: ``d`` (subspace) or ``d + D_last`` (PULSE).
-    warmup_ : SubspaceWarmup
-        The fitted warm-up of this stream (``components_`` is ``A``, ``offset_`` is ``θ*``); pass it
-        as ``warmup`` to reuse it.
-    module_ : torch.nn.Module
-        The network carrying the posterior mean ``θ(μ)``.
-    posterior_ : skfilter.posteriors.Posterior
-        The belief over the learned coordinates ``φ`` ({coordinates}).
-    filter_state_ : skfilter.filtering.FilterState
-    n_samples_seen_ : int
-    n_iter_ : int
-    loss_curve_ : list of float
-{target_attrs}
-"""
-
-_PREDICTIVE_TEXT = {
-    "regressor": ("{'linearized', 'plugin', 'mc'}", "linearized",
-                  "``'linearized'`` — mean ``h(μ, x)``, variance ``J Σ Jᵀ + R``"),
-    "classifier": ("{'probit', 'plugin', 'mc'}", "probit",
-                   "``'probit'`` — the generalised probit approximation under the linearised logits"),
-}
-
-_TARGET_ATTRS = {"regressor": "    n_outputs_ : int\n    obs_variance_ : ndarray of shape (n_outputs,)",
-                 "classifier": "    classes_ : ndarray of shape (n_classes,)"}
-
 _COORDINATES = {"subspace": "``z``", "pulse": "``(z, w)``, a :class:`~skfilter.posteriors.BlockDiagonal` belief"}
 
 
 def _doc(summary, layout, target, example):
-    choices, default, text = _PREDICTIVE_TEXT[target]
-    rest = _REST_DOC.format(predictives="{" + choices[1:-1] + "}", predictive=default, predictive_text=text,
-                            coordinates=_COORDINATES[layout], target_attrs=_TARGET_ATTRS[target])
+    rest = filter_tail_doc(
+        target,
+        batch_size="Rows per filter step.",
+        seeds="Seeds the initial weights, the warm-up's batches, the shuffles and the Monte-Carlo predictive.",
+        kwargs="""    **kwargs
+        ``module__<name>=value``: constructor arguments of a ``module`` class;
+        ``warmup__<name>=value``: parameters of the internal
+        :class:`~skfilter.warmup.SubspaceWarmup` (``n_epochs``, ``batch_size``, ``learning_rate``,
+        ``skip``, ``stride``, ``store``, ``center``, ``method``).""",
+        n_params="The number of coordinates the filter learns: ``d`` (subspace) or ``d + D_last`` (PULSE).",
+        attributes="""    warmup_ : SubspaceWarmup
+        The fitted warm-up of this stream (``components_`` is ``A``, ``offset_`` is ``θ*``); pass it
+        as ``warmup`` to reuse it.
+""",
+        module_mean=" ``θ(μ)``",
+        posterior=f"The belief over the learned coordinates ``φ`` ({_COORDINATES[layout]}).")
     return "\n\n".join([summary, "    Parameters\n    ----------\n" + _NETWORK_DOC + "\n" + _SUBSPACE_DOC[layout]
                         + "\n" + _PRIOR_DOC[target] + "\n" + _NOISE_DOC[layout] + "\n" + rest.rstrip("\n"),
                         "    Examples\n    --------\n" + example]) + "\n    "
