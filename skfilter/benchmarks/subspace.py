@@ -42,7 +42,7 @@ the process's peak resident set over the estimator's life (``VmHWM`` after reset
 ``/proc/self/clear_refs``; Linux only, else ``—``). Ratios against the full EKF of the same
 network, measured in the same process.
 
-Run as ``python -m skfilter.benchmarks subspace`` (about 15 minutes on one thread of a 2-core
+Run as ``python -m skfilter.benchmarks subspace`` (about 18 minutes on one thread of a 2-core
 machine); ``--quick`` is a smoke test (seconds). Table: ``--out``/subspace_table.md; figures:
 ``--out``/img/subspace_ewma.png, subspace_showdown.png, subspace_scale.png.
 """
@@ -384,7 +384,8 @@ def run_scale(widths=SCALE_WIDTHS, steps: int = 200, rank: int = SCALE_RANK, see
             rows.append(row)
             del est
             if progress:
-                progress(f"  P={row['P']:<6} {label:<24} {row['ms_step']:9.3f} ms/step  state {row['state_mb']:9.3f} MiB"
+                progress(f"  P={row['P']:<6} {label:<24} {row['ms_step']:9.3f} ms/step  "
+                         f"state {row['state_mb']:9.3f} MiB"
                          f"  ({row['time_ratio']:.3f}× time, {row['mem_ratio']:.4f}× memory of the full EKF)")
     return rows
 
@@ -496,7 +497,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the split, the network and the orders")
     parser.add_argument("--no-full-ekf", action="store_true", help="skip the full EKF in the showdown")
     parser.add_argument("--no-tune", action="store_true",
-                        help=f"skip the (σ², q) sweep: σ² = {DEFAULT_PRIOR_VARIANCE:g}, q = {DEFAULT_PROCESS_NOISE:g}")
+                        help=f"skip the (σ², q) sweep: σ² = {DEFAULT_PRIOR_VARIANCE:g}, "
+                             f"q = {DEFAULT_PROCESS_NOISE:g}")
     parser.add_argument("--widths", type=positive_int, nargs="+", default=list(SCALE_WIDTHS),
                         help="hidden widths w of the scale suite's MLPs 64-w-w-10")
     parser.add_argument("--scale-steps", type=positive_int, default=200, help="timed rows per filter (scale)")
