@@ -85,6 +85,7 @@ TABLE_TITLES = {
     "bocd_segments_table": "BOCD benchmark: piecewise regression segments",
     "bocd_wolf_table": "BOCD benchmark: WoLF with run lengths on a heavy-tailed stream",
     "speed_table": "Speed benchmark: the latest record",
+    "subspace_table": "Subspace benchmark: subspace EKF, PULSE and LoFi on a digits CNN stream",
     "wolf_1d_table": "WoLF benchmark: online 1-D MLP regression with outliers",
     "wolf_labels_table": "WoLF benchmark: flipped labels",
     "wolf_tracking_table": "WoLF benchmark: 2-D tracking",

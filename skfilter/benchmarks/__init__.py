@@ -65,6 +65,11 @@ Commands (one module each, registered in :data:`COMMANDS`):
     The digits contextual bandit (:class:`skfilter.decision.ContextualBandit`): cumulative reward and
     time of predictive sampling, Thompson sampling and ε-greedy, and an ε-greedy Adam baseline.
 
+``subspace`` (:mod:`skfilter.benchmarks.subspace`)
+    The thesis' §5.5 showdown on a digits CNN stream: subspace EKF, PULSE and LoFi over the subspace
+    dimension / rank ``d`` (EWMA accuracy, last-pass misclassification against run time), and the
+    time per step and state memory of each against the full EKF on MLPs of growing size.
+
 A command module exposes ``HELP`` (one line), ``add_arguments(parser)`` and ``main(args)`` (``args``
 an :class:`argparse.Namespace`; returns an exit status). Adding a benchmark (e.g. the LoFi paper's UCI
 benchmark, ``uci``) means writing such a module and adding its name to :data:`COMMANDS`.
@@ -95,6 +100,7 @@ COMMANDS = {
     "bocd-cost": ".bocd_cost",
     "bo": ".bo",
     "bandit": ".bandit",
+    "subspace": ".subspace",
 }
 
 __all__ = ["COMMANDS"]
