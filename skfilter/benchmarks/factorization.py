@@ -2,7 +2,8 @@
 
 **Streams** (:func:`make_stream`): ``n_users × n_items`` with latent factors and biases,
 ``λ = μ + b_u + b_i + ξ_uᵀξ_i`` with ``b ~ N(0, 0.3²)``, ``ξ ~ N(0, s² I)``, ``s = (0.25/a)^{1/4}``
-(so that the interaction ``ξ_uᵀξ_i`` has standard deviation 0.5), ``a = 4``; events are uniform random (user, item) pairs. Ratings:
+(so that the interaction ``ξ_uᵀξ_i`` has standard deviation 0.5), ``a = 4``; events are uniform
+random (user, item) pairs. Ratings:
 ``y = λ + N(0, 0.5²)`` with ``μ = 3.5``; clicks: ``y ~ Bern(σ(λ))`` with ``μ = −1``.
 
 **Protocol.** Every method sees the first ``--warmup`` events as a batch (the estimators' priors
@@ -246,7 +247,8 @@ def main(args) -> int:
     note = (f"\n\nRatings: one-step-ahead RMSE; clicks: log-loss. {args.users} users × {args.items} items, "
             f"{args.events} events, the first {args.warmup} seen as a batch (unscored); prequential scores over the "
             f"rest and over the second half, in blocks of {args.block} events (each block predicted, then learned: "
-            f"``predict`` + ``partial_fit`` of {args.block} rows; river: ``predict_one`` then ``learn_one`` per row). surprise's SVD is not online: fitted once on the first half and scored "
+            f"``predict`` + ``partial_fit`` of {args.block} rows; river: ``predict_one`` then ``learn_one`` per "
+            f"row). surprise's SVD is not online: fitted once on the first half and scored "
             f"on the second (its time: fit + predict per training event). Wall time "
             f"{time.perf_counter() - start:.0f} s.\n")
     cmd = "factorization-peers" + (" --quick" if args.quick else

@@ -117,14 +117,16 @@ def add_arguments(parser) -> None:
 def main(args) -> int:
     """Run the scale benchmark (module docstring)."""
     if args.quick:
-        args.users, args.items, args.events, args.warmup, args.api_events, args.chunk = 2_000, 500, 2_000, 200, 200, 1_000
+        args.users, args.items, args.events = 2_000, 500, 2_000
+        args.warmup, args.api_events, args.chunk = 200, 200, 1_000
     start = time.perf_counter()
     rows, chunks, rss0 = run(args.users, args.items, args.events, args.factors, args.warmup, args.api_events,
                              args.chunk, args.seed)
     print(format_table(rows, COLUMNS))
     rates = ", ".join(f"{n}: {r:.0f}" for n, r in chunks)
-    note = (f"\n\n{args.users} users × {args.items} items, `FactorizationRegressor(model='mf', n_factors={args.factors})` "
-            f"(user, item and global biases; Gaussian ratings), one thread. Belief: the bytes of the entities' means and "
+    note = (f"\n\n{args.users} users × {args.items} items, "
+            f"`FactorizationRegressor(model='mf', n_factors={args.factors})` (user, item and global biases; "
+            f"Gaussian ratings), one thread. Belief: the bytes of the entities' means and "
             f"covariance blocks; peak RSS of the whole process (Python, torch and the stream included; "
             f"{rss0:.0f} MB before the model was built). Events/s per chunk of {args.chunk} (events so far: rate): "
             f"{rates}. Wall time {time.perf_counter() - start:.0f} s.\n")

@@ -441,7 +441,8 @@ def run_estimation(problems, sims, events, jobs=1, progress=print):
                 c = np.mean(runs, axis=0)
                 curves[(name, setting, method)] = c
                 marks = {f"e{q}": float(c[min(n, q) - 1]) for q in (100, 1000)}
-                rows.append({"problem": name, "data": setting, "method": method + (f" (lr {lr:g})" if method == "AdaGrad" else ""),
+                label = method + (f" (lr {lr:g})" if method == "AdaGrad" else "")
+                rows.append({"problem": name, "data": setting, "method": label,
                              **marks, "final": float(c[-1]),
                              "sd": float(np.std([r[-1] for r in runs], ddof=1)) if len(runs) > 1 else None,
                              "us": 1e6 * np.mean([r[1][method] for r in results]) / n})
@@ -510,7 +511,8 @@ def add_arguments(parser) -> None:
     """Command-line options of ``python -m skfilter.benchmarks factorization-sim``."""
     parser.add_argument("--experiments", nargs="+", choices=("A", "B"), default=["A", "B"])
     parser.add_argument("--problems", nargs="+", choices=tuple(PROBLEMS), default=list(PROBLEMS))
-    parser.add_argument("--sims", type=positive_int, default=5, help="simulations per setting of experiment A (paper: 10)")
+    parser.add_argument("--sims", type=positive_int, default=5,
+                        help="simulations per setting of experiment A (paper: 10)")
     parser.add_argument("--bandit-sims", type=positive_int, default=5,
                         help="simulations per setting of experiment B (paper: 10 static, 50 dynamic)")
     parser.add_argument("--mf-events", type=positive_int, default=PROBLEMS["MF"]["events"],
@@ -537,7 +539,8 @@ def main(args) -> int:
         start = time.perf_counter()
         rows, curves, rates = run_estimation(problems, args.sims, events, args.jobs)
         print(format_table(rows, EST_COLUMNS))
-        tuning = "; ".join(f"{p} {'drift' if d else 'static'}: " + ", ".join(f"{lr:g} → {s:.4f}" for lr, s in sc.items())
+        tuning = "; ".join(f"{p} {'drift' if d else 'static'}: "
+                           + ", ".join(f"{lr:g} → {s:.4f}" for lr, s in sc.items())
                            for (p, d), (_, sc) in rates.items())
         note = (f"\n\nMean over {args.sims} simulation(s) of the cumulative mean |p_true − p_pred| (prequential) at "
                 f"events 100, 1000 and the end ({', '.join(f'{p}: {n}' for p, n in events.items())} events); "
@@ -557,8 +560,9 @@ def main(args) -> int:
         rows, curves = run_bandit(problems, args.bandit_sims, steps, args.jobs)
         print(format_table(rows, BANDIT_COLUMNS))
         note = (f"\n\nCumulative regret normalised by the random policy's (ratio of the means over "
-                f"{args.bandit_sims} simulation(s)) at 10 %, 50 % and 100 % of the steps ({', '.join(f'{p}: {n}' for p, n in steps.items())}); cumulative "
-                f"regret: mean over simulations. Candidates per step: regression 10 of the 100 contexts, MF all 10 items "
+                f"{args.bandit_sims} simulation(s)) at 10 %, 50 % and 100 % of the steps "
+                f"({', '.join(f'{p}: {n}' for p, n in steps.items())}); cumulative regret: mean over simulations. "
+                f"Candidates per step: regression 10 of the 100 contexts, MF all 10 items "
                 f"for a random user, TF the 4 values of the last mode for a random cell prefix. Wall time "
                 f"{time.perf_counter() - start:.0f} s.\n")
         path = write_text(args.out / "factorization_bandit_table.md",
