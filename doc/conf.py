@@ -77,6 +77,10 @@ html_show_sourcelink = False
 TABLE_TITLES = {
     "bandit_table": "Decision benchmark: the digits contextual bandit",
     "bo_table": "Decision benchmark: Bayesian optimisation",
+    "factorization_bandit_table": "Factorization benchmark: explore/exploit (DEKF paper §5.2)",
+    "factorization_estimation_table": "Factorization benchmark: parameter estimation (DEKF paper §5.1)",
+    "factorization_peers_table": "Factorization benchmark: against river and surprise",
+    "factorization_scale_table": "Factorization benchmark: throughput and memory",
     "inbetween_table": "Low-rank filters: in-between uncertainty",
     "bocd_bandit_table": "BOCD benchmark: the non-stationary bandit",
     "bocd_cost_table": "BOCD benchmark: cost of the run-length hypotheses",

@@ -69,6 +69,18 @@ Commands (one module each, registered in :data:`COMMANDS`):
     The thesis' §5.5 showdown on a digits CNN stream: subspace EKF, PULSE and LoFi over the subspace
     dimension / rank ``d`` (EWMA accuracy, last-pass misclassification against run time), and the
     time per step and state memory of each against the full EKF on MLPs of growing size.
+``factorization-sim`` (:mod:`skfilter.benchmarks.factorization_sim`)
+    The DEKF paper's simulations (Gómez-Uribe & Karrer, §5): Bernoulli regression, MF and TF,
+    static and drifting; cumulative mean absolute error of the DEKF (Alg. 1, Alg. 2 with learned or
+    fixed references) against diagonal AdaGrad, and the regret of Thompson sampling, greedy and random
+    recommendation normalised by random's.
+``factorization-peers`` (:mod:`skfilter.benchmarks.factorization`)
+    ``FactorizationRegressor``/``FactorizationClassifier`` (``'mf'``, ``'fm'``) against river's online
+    FM, scikit-surprise's batch SVD and a global mean on simulated rating and click streams:
+    one-step-ahead RMSE / log-loss, ±2σ coverage, time per event.
+``factorization-scale`` (:mod:`skfilter.benchmarks.factorization_scale`)
+    Events per second and memory (the belief's bytes, peak RSS) of the DEKF on a large sparse MF
+    stream (10⁵ users × 10⁴ items).
 
 A command module exposes ``HELP`` (one line), ``add_arguments(parser)`` and ``main(args)`` (``args``
 an :class:`argparse.Namespace`; returns an exit status). Adding a benchmark (e.g. the LoFi paper's UCI
@@ -101,6 +113,9 @@ COMMANDS = {
     "bo": ".bo",
     "bandit": ".bandit",
     "subspace": ".subspace",
+    "factorization-sim": ".factorization_sim",
+    "factorization-peers": ".factorization",
+    "factorization-scale": ".factorization_scale",
 }
 
 __all__ = ["COMMANDS"]
