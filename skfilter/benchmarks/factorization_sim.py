@@ -265,12 +265,8 @@ class DEKF:
         else:
             ids = [list(map(int, events[:, s])) for s in range(events.shape[1])]
             values = [self.torch.ones(len(events), 1, dtype=self.torch.float64)] * events.shape[1]
-        saved = f.time
-        f.time = t  # sample_signal brings the blocks to the filter's clock; the step at t advances it
-        try:
-            lam = f.sample_signal(ids, values, 1, generator)
-        finally:
-            f.time = saved
+        assert f.time == t - 1  # sample_signal draws at the next step, t: the one the update will learn
+        lam = f.sample_signal(ids, values, 1, generator)
         return lam[0, :, 0].numpy()
 
     def update(self, t: int, event, y: float):

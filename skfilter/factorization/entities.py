@@ -26,7 +26,7 @@ __all__ = ["EntityPrior", "EntityTable"]
 
 
 class EntityPrior:
-    """The prior ``N(π_i, Π_i)`` of a new entity's reference vector (diagonal ``Π``).
+    """The prior ``N(π_i, Π_i)`` of a new entity's reference vector.
 
     Parameters
     ----------
@@ -129,6 +129,15 @@ class EntityTable:
     @generator_state.setter
     def generator_state(self, state):
         self._rng.bit_generator.state = state
+
+    def forget_after(self, n: int):
+        """Drop the entities created after the first ``n`` (their ids and rows; the tensors keep
+        their capacity): undoes the creations of a failed step."""
+        if n >= self.n_entities:
+            return
+        for key in list(self.ids)[n:]:  # insertion order is creation order
+            del self.ids[key]
+        self.n_entities = n
 
     def skip_draws(self, n: int):
         """Advance the generator past the prior-mean draws of ``n`` new entities (as creating them

@@ -255,9 +255,8 @@ class _FactorizationBase(ValidatedParamsMixin, BaseEstimator):
         # d outputs: every block holds d copies of its features' parameters
         slots = [s._replace(prior=EntityPrior(np.tile(s.prior.mean, d), np.tile(s.prior.variance, d),
                                                np.tile(s.prior.jitter, d))) for s in slots]
-        has_bias = self.model != "glm" or True
         global_var = scale ** 2 if self.bias_variance == "auto" else float(self.bias_variance)
-        bias_prior = EntityPrior(np.broadcast_to(centre, (d,)), np.full(d, global_var)) if has_bias else None
+        bias_prior = EntityPrior(np.broadcast_to(centre, (d,)), np.full(d, global_var))  # every model has one
         drift = self.drift_variance
         if drift == "auto":
             drift = factor_var
@@ -287,8 +286,7 @@ class _FactorizationBase(ValidatedParamsMixin, BaseEstimator):
     def _fit(self, X, y, sample_weight, reset, classes=None):
         first = reset or not hasattr(self, "filter_")
         device, dtype = self._resolve()
-        backup = None if first else self._snapshot()
-        try:
+        try:  # validation changes nothing of a fitted estimator; a failed first call leaves it unfitted
             ids, context = self._validate(X, y, first)
             Y = self._encode(y, first, classes, len(context))
             w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64).reshape(-1)
@@ -302,9 +300,7 @@ class _FactorizationBase(ValidatedParamsMixin, BaseEstimator):
             elif (device, dtype) != (self.filter_.device, self.filter_.dtype):
                 self.filter_.to(device, dtype)
         except BaseException:
-            if backup is not None:
-                self._restore(backup)
-            elif first:
+            if first:
                 self._forget()
             raise
         values = self._slot_values(ids, context)
@@ -335,34 +331,23 @@ class _FactorizationBase(ValidatedParamsMixin, BaseEstimator):
                 self.n_samples_seen_ += 1
         return self
 
-    def _snapshot(self):
-        import copy
-
-        return copy.deepcopy({k: v for k, v in vars(self).items() if k.endswith("_") or k.startswith("_")})
-
-    def _restore(self, backup):
-        for k in [k for k in vars(self) if (k.endswith("_") or k.startswith("_")) and k not in backup]:
-            delattr(self, k)
-        vars(self).update(backup)
-
     def _forget(self):
         for k in [k for k in vars(self) if k.endswith("_") and not k.startswith("__")] + ["_n_context"]:
             if k in vars(self):
                 delattr(self, k)
 
     def _snapshot_rows(self):
-        """Enough to undo one step: the time, the noise state, the tables' sizes, ids and generators
-        (a failed step raises before writing anything, so only new entities and the clock need
-        undoing)."""
+        """Enough to undo one step: the time, the noise state, the tables' sizes and generators (a
+        failed step raises before writing anything, so only its new entities and the clock need
+        undoing; ids are added in creation order, so the sizes say which)."""
         f = self.filter_
-        return f.time, f.noise, {k: (t.n_entities, dict(t.ids), t.generator_state)
-                                 for k, t in f.tables.items()}
+        return f.time, f.noise, {k: (t.n_entities, t.generator_state) for k, t in f.tables.items()}
 
     def _restore_rows(self, backup):
         f = self.filter_
         f.time, f.noise, sizes = backup
-        for k, (n, ids, rng_state) in sizes.items():
-            f.tables[k].n_entities, f.tables[k].ids = n, ids
+        for k, (n, rng_state) in sizes.items():
+            f.tables[k].forget_after(n)
             f.tables[k].generator_state = rng_state
 
     def fit(self, X, y, sample_weight=None):

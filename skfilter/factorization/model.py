@@ -256,10 +256,11 @@ class FactorizationFilter:
 
     # -- predictions --------------------------------------------------------------------------------
     def linearized(self, ids, values):
-        """``(λ (n, d), Cov(λ) (n, d, d))`` of ``n`` events under the blocks brought forward to the
-        current time (nothing is written; unseen ids use the prior)."""
+        """``(λ (n, d), Cov(λ) (n, d, d))`` of ``n`` events at the next step: the blocks brought
+        forward to ``time + 1``, as the next event's update will see them (nothing is written;
+        unseen ids use the prior)."""
         n = len(values[0])
-        names, rows, states = self._event_blocks(ids, n, self.time, write=False, create=False)
+        names, rows, states = self._event_blocks(ids, n, self.time + 1, write=False, create=False)
         n_slots = len(self.slots)
         means = [s["mean"] for s in states[:n_slots]]
         bias = states[n_slots]["mean"] if self.has_bias else None
@@ -268,9 +269,10 @@ class FactorizationFilter:
         return f, quad
 
     def sample_signal(self, ids, values, n_samples, generator):
-        """``λ (n_samples, n, d)`` from joint draws of the involved blocks: each entity is drawn once
-        per sample and shared by every row that involves it (Thompson sampling over candidates)."""
-        names, rows, states = self._event_blocks(ids, len(values[0]), self.time, write=False, create=False)
+        """``λ (n_samples, n, d)`` from joint draws of the involved blocks at the next step (as
+        :meth:`linearized`): each entity is drawn once per sample and shared by every row that
+        involves it (Thompson sampling over candidates)."""
+        names, rows, states = self._event_blocks(ids, len(values[0]), self.time + 1, write=False, create=False)
         n_slots = len(self.slots)
         drawn = []
         for r, s in zip(rows, states):
