@@ -459,7 +459,10 @@ def _failed_step_keeps_the_last_good_belief():
     with pytest.raises(FilterStepError):
         reg.partial_fit(X[50:60], y[50:60])
     assert reg.n_samples_seen_ == 52 and reg.filter_.time == 52
-    assert reg.filter_.tables["column 0"].n_entities >= n_users
+    # the failing row's new entities are gone again: exactly the ids of the 52 rows learned
+    table = reg.filter_.tables["column 0"]
+    assert table.n_entities == len(table.ids) == len(set(users[:52])) >= n_users
+    assert set(table.ids) == set(users[:52].tolist())
     del reg.filter_._update
     reg.partial_fit(X[60:], y[60:])
     assert reg.n_samples_seen_ == 92
@@ -592,3 +595,17 @@ def test_cuda_factorization_matches_the_cpu():
     cpu = FactorizationRegressor(model="mf", n_factors=2, random_state=0, dtype="float64").fit(X, y)
     gpu = FactorizationRegressor(model="mf", n_factors=2, random_state=0, dtype="float64", device="cuda").fit(X, y)
     np.testing.assert_allclose(gpu.predict(X[:20]), cpu.predict(X[:20]), rtol=1e-8)
+
+
+def test_predictions_are_for_the_next_event_under_drift():
+    """``predict`` brings the blocks to the next step, the one the next update learns at."""
+    users, items, y = _ratings(n=300)
+    X = np.column_stack([users, items]).astype(object)
+    reg = FactorizationRegressor(model="mf", n_factors=2, half_life=5, drift_variance=0.5, random_state=0).fit(X, y)
+    f = reg.filter_
+    u, i = reg.filter_.tables["column 0"].ids[users[0]], reg.filter_.tables["column 1"].ids[items[0]]
+    nxt = [f._predicted(name, np.array([row]), f.time + 1, write=False)
+           for name, row in (("column 0", u), ("column 1", i), ("bias", 0))]
+    mu_u, mu_v, bias = (s["mean"][0].numpy() for s in nxt)
+    expected = bias[0] + mu_u[0] + mu_v[0] + mu_u[1:] @ mu_v[1:]
+    np.testing.assert_allclose(reg.predict(X[:1])[0], expected, rtol=1e-10)
