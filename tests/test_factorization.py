@@ -609,3 +609,23 @@ def test_predictions_are_for_the_next_event_under_drift():
     mu_u, mu_v, bias = (s["mean"][0].numpy() for s in nxt)
     expected = bias[0] + mu_u[0] + mu_v[0] + mu_u[1:] @ mu_v[1:]
     np.testing.assert_allclose(reg.predict(X[:1])[0], expected, rtol=1e-10)
+
+
+def test_warm_start_n_iter_and_a_failed_refit_keeps_the_fitted_model():
+    users, items, y = _ratings(n=200)
+    X = np.column_stack([users, items]).astype(object)
+    reg = FactorizationRegressor(model="mf", n_factors=2, n_epochs=2, random_state=0).fit(X[:100], y[:100])
+    assert reg.n_iter_ == 2 and reg.n_samples_seen_ == 200
+    reg.partial_fit(X[100:], y[100:])
+    assert reg.n_iter_ == 3 and reg.n_samples_seen_ == 300
+    warm = FactorizationRegressor(model="mf", n_factors=2, warm_start=True, random_state=0).fit(X[:100], y[:100])
+    warm.fit(X[100:], y[100:])  # continues: as partial_fit
+    cold = FactorizationRegressor(model="mf", n_factors=2, random_state=0).fit(X[:100], y[:100])
+    cold.partial_fit(X[100:], y[100:])
+    np.testing.assert_array_equal(warm.predict(X[:10]), cold.predict(X[:10]))
+    assert warm.n_iter_ == 2
+    before, filt = cold.predict(X[:10]), cold.filter_
+    with pytest.raises(ValueError):  # a refit with bad targets: the fitted model stays
+        cold.fit(X[:5], [1.0, 2.0, np.nan, 3.0, 4.0])
+    assert cold.filter_ is filt and cold.n_samples_seen_ == 200
+    np.testing.assert_array_equal(cold.predict(X[:10]), before)

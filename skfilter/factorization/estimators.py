@@ -95,6 +95,7 @@ class _FactorizationBase(ValidatedParamsMixin, BaseEstimator):
         "iterations": [Interval(numbers.Integral, 1, None, closed="left")],
         "tol": [Interval(numbers.Real, 0, None, closed="left")],
         "n_epochs": [Interval(numbers.Integral, 1, None, closed="left")],
+        "warm_start": ["boolean"],
         "random_state": ["random_state"],
         "device": [str, torch.device],
         "dtype": [None, StrOptions({"float64", "float32"})],
@@ -284,9 +285,14 @@ class _FactorizationBase(ValidatedParamsMixin, BaseEstimator):
 
     # -- fitting ------------------------------------------------------------------------------------
     def _fit(self, X, y, sample_weight, reset, classes=None):
-        first = reset or not hasattr(self, "filter_")
         device, dtype = self._resolve()
-        try:  # validation changes nothing of a fitted estimator; a failed first call leaves it unfitted
+        passes = int(self.n_epochs) if reset else 1
+        if reset and self.warm_start and hasattr(self, "filter_"):
+            reset = False  # fit continues the stream
+        first = reset or not hasattr(self, "filter_")
+        # a refit replaces the fitted attributes with new objects: on failure the old ones come back
+        previous = dict(vars(self)) if first and hasattr(self, "filter_") else None
+        try:  # validation changes nothing of a fitted estimator; a failed first call leaves it as it was
             ids, context = self._validate(X, y, first)
             Y = self._encode(y, first, classes, len(context))
             w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64).reshape(-1)
@@ -296,40 +302,48 @@ class _FactorizationBase(ValidatedParamsMixin, BaseEstimator):
                 raise ValueError("sample_weight has only zeros: nothing to learn from.")
             if first:
                 self._build(ids, context, Y, w, device, dtype)
-                self.n_samples_seen_ = 0
+                self.n_samples_seen_, self.n_iter_ = 0, 0
             elif (device, dtype) != (self.filter_.device, self.filter_.dtype):
                 self.filter_.to(device, dtype)
         except BaseException:
             if first:
                 self._forget()
+            if previous is not None:
+                vars(self).update(previous)
             raise
         values = self._slot_values(ids, context)
         Yt = torch.as_tensor(np.array(Y, dtype=np.float64), dtype=self.filter_.dtype, device=self.filter_.device)
         slot_ids = self._slot_ids(ids)
         n = len(context)
-        for _ in range(int(self.n_epochs) if reset or first else 1):
-            if serves(self.filter_):  # the compiled DEKF, in chunks (an interrupt is seen between them)
-                for a in range(0, n, _KERNEL_CHUNK):
-                    b = min(n, a + _KERNEL_CHUNK)
-                    chunk_ids = [None if s is None else s[a:b] for s in slot_ids]
-                    try:
-                        done = run_events_compiled(self.filter_, chunk_ids, [v[a:b] for v in values], Yt[a:b],
-                                                   None if w is None else w[a:b])
-                    except FilterStepError as err:  # the kernel kept the events before the failing one
-                        self.n_samples_seen_ += int(getattr(err, "rows_done", 0))
-                        raise
-                    self.n_samples_seen_ += done
-                continue
-            for i in range(n):
-                row_ids = [None if s is None else s[i] for s in slot_ids]
-                backup = self._snapshot_rows()
-                try:
-                    self.filter_.step(row_ids, [v[i] for v in values], Yt[i], 1.0 if w is None else float(w[i]))
-                except BaseException:
-                    self._restore_rows(backup)
-                    raise
-                self.n_samples_seen_ += 1
+        for _ in range(passes):
+            self._one_pass(n, slot_ids, values, Yt, w)
+            self.n_iter_ = self.__dict__.get("n_iter_", 0) + 1
         return self
+
+    def _one_pass(self, n, slot_ids, values, Yt, w):
+        """Learn the ``n`` rows once, in order: the compiled DEKF when it serves the model, else the
+        torch engine row by row (undoing a failed row)."""
+        if serves(self.filter_):  # the compiled DEKF, in chunks (an interrupt is seen between them)
+            for a in range(0, n, _KERNEL_CHUNK):
+                b = min(n, a + _KERNEL_CHUNK)
+                chunk_ids = [None if s is None else s[a:b] for s in slot_ids]
+                try:
+                    done = run_events_compiled(self.filter_, chunk_ids, [v[a:b] for v in values], Yt[a:b],
+                                               None if w is None else w[a:b])
+                except FilterStepError as err:  # the kernel kept the events before the failing one
+                    self.n_samples_seen_ += int(getattr(err, "rows_done", 0))
+                    raise
+                self.n_samples_seen_ += done
+            return
+        for i in range(n):
+            row_ids = [None if s is None else s[i] for s in slot_ids]
+            backup = self._snapshot_rows()
+            try:
+                self.filter_.step(row_ids, [v[i] for v in values], Yt[i], 1.0 if w is None else float(w[i]))
+            except BaseException:
+                self._restore_rows(backup)
+                raise
+            self.n_samples_seen_ += 1
 
     def _forget(self):
         for k in [k for k in vars(self) if k.endswith("_") and not k.startswith("__")] + ["_n_context"]:
@@ -434,6 +448,9 @@ _MODEL_DOC = """\
 _REST_DOC = """\
     n_epochs : int, default=1
         Passes over the rows in :meth:`fit` (``partial_fit`` always makes one).
+    warm_start : bool, default=False
+        When True, ``fit`` on a fitted estimator continues its stream (``n_epochs`` more passes)
+        instead of starting from the prior.
     random_state : int, RandomState instance or None, default=None
         Seeds the new entities' prior means and the draws of ``sample_y``/``sample_proba``.
     device : str or torch.device, default='cpu'
@@ -466,6 +483,9 @@ class FactorizationRegressor(RegressorMixin, _FactorizationBase):
     entity_columns_ : tuple of int
     n_features_in_ : int
     n_samples_seen_ : int
+        Events learned (every pass counts).
+    n_iter_ : int
+        Passes made on the current stream.
     n_outputs_ : int
     obs_variance_ : ndarray of shape (n_outputs,)
 
@@ -491,7 +511,7 @@ class FactorizationRegressor(RegressorMixin, _FactorizationBase):
     def __init__(self, model="fm", *, entity_columns="auto", n_factors=8, order=2, biases=True,
                  prior_variance="auto", bias_variance="auto", init_scale=0.5, half_life=None, drift_variance="auto",
                  reference="learned", context_blocks="auto", iterations=1, tol=1e-8, obs_variance="auto",
-                 likelihood="gaussian", n_epochs=1, random_state=None, device="cpu", dtype=None):
+                 likelihood="gaussian", n_epochs=1, warm_start=False, random_state=None, device="cpu", dtype=None):
         self.model = model
         self.entity_columns = entity_columns
         self.n_factors = n_factors
@@ -509,6 +529,7 @@ class FactorizationRegressor(RegressorMixin, _FactorizationBase):
         self.obs_variance = obs_variance
         self.likelihood = likelihood
         self.n_epochs = n_epochs
+        self.warm_start = warm_start
         self.random_state = random_state
         self.device = device
         self.dtype = dtype
@@ -635,6 +656,9 @@ class FactorizationClassifier(ClassifierMixin, _FactorizationBase):
     entity_columns_ : tuple of int
     n_features_in_ : int
     n_samples_seen_ : int
+        Events learned (every pass counts).
+    n_iter_ : int
+        Passes made on the current stream.
 
     Examples
     --------
@@ -651,8 +675,8 @@ class FactorizationClassifier(ClassifierMixin, _FactorizationBase):
 
     def __init__(self, model="fm", *, entity_columns="auto", n_factors=8, order=2, biases=True,
                  prior_variance="auto", bias_variance="auto", init_scale=0.5, half_life=None, drift_variance="auto",
-                 reference="learned", context_blocks="auto", iterations=1, tol=1e-8, n_epochs=1, random_state=None,
-                 device="cpu", dtype=None):
+                 reference="learned", context_blocks="auto", iterations=1, tol=1e-8, n_epochs=1, warm_start=False,
+                 random_state=None, device="cpu", dtype=None):
         self.model = model
         self.entity_columns = entity_columns
         self.n_factors = n_factors
@@ -668,6 +692,7 @@ class FactorizationClassifier(ClassifierMixin, _FactorizationBase):
         self.iterations = iterations
         self.tol = tol
         self.n_epochs = n_epochs
+        self.warm_start = warm_start
         self.random_state = random_state
         self.device = device
         self.dtype = dtype
