@@ -79,6 +79,13 @@ class _FactorizationBase(ValidatedParamsMixin, BaseEstimator):
     #: the prior variance of the numeric context's linear weights is this × s² / n_context
     _context_scale_factor = 1.0
 
+    def _store_params(self, params: dict):
+        """Store ``__init__``'s arguments (its ``locals()``) as attributes, unvalidated (scikit-learn's
+        convention)."""
+        for key, value in params.items():
+            if key not in ("self", "__class__"):
+                setattr(self, key, value)
+
     _parameter_constraints = {
         "model": [StrOptions(set(MODELS))],
         "entity_columns": [StrOptions({"auto"}), None, list, tuple],
@@ -512,27 +519,7 @@ class FactorizationRegressor(RegressorMixin, _FactorizationBase):
                  prior_variance="auto", bias_variance="auto", init_scale=0.5, half_life=None, drift_variance="auto",
                  reference="learned", context_blocks="auto", iterations=1, tol=1e-8, obs_variance="auto",
                  likelihood="gaussian", n_epochs=1, warm_start=False, random_state=None, device="cpu", dtype=None):
-        self.model = model
-        self.entity_columns = entity_columns
-        self.n_factors = n_factors
-        self.order = order
-        self.biases = biases
-        self.prior_variance = prior_variance
-        self.bias_variance = bias_variance
-        self.init_scale = init_scale
-        self.half_life = half_life
-        self.drift_variance = drift_variance
-        self.reference = reference
-        self.context_blocks = context_blocks
-        self.iterations = iterations
-        self.tol = tol
-        self.obs_variance = obs_variance
-        self.likelihood = likelihood
-        self.n_epochs = n_epochs
-        self.warm_start = warm_start
-        self.random_state = random_state
-        self.device = device
-        self.dtype = dtype
+        self._store_params(locals())
 
     def _encode(self, y, first, classes, n):
         if y is None:
@@ -677,25 +664,7 @@ class FactorizationClassifier(ClassifierMixin, _FactorizationBase):
                  prior_variance="auto", bias_variance="auto", init_scale=0.5, half_life=None, drift_variance="auto",
                  reference="learned", context_blocks="auto", iterations=1, tol=1e-8, n_epochs=1, warm_start=False,
                  random_state=None, device="cpu", dtype=None):
-        self.model = model
-        self.entity_columns = entity_columns
-        self.n_factors = n_factors
-        self.order = order
-        self.biases = biases
-        self.prior_variance = prior_variance
-        self.bias_variance = bias_variance
-        self.init_scale = init_scale
-        self.half_life = half_life
-        self.drift_variance = drift_variance
-        self.reference = reference
-        self.context_blocks = context_blocks
-        self.iterations = iterations
-        self.tol = tol
-        self.n_epochs = n_epochs
-        self.warm_start = warm_start
-        self.random_state = random_state
-        self.device = device
-        self.dtype = dtype
+        self._store_params(locals())
 
     def _encode(self, y, first, classes, n):
         if y is None:
