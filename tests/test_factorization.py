@@ -629,3 +629,55 @@ def test_warm_start_n_iter_and_a_failed_refit_keeps_the_fitted_model():
         cold.fit(X[:5], [1.0, 2.0, np.nan, 3.0, 4.0])
     assert cold.filter_ is filt and cold.n_samples_seen_ == 200
     np.testing.assert_array_equal(cold.predict(X[:10]), before)
+
+
+LIKELIHOODS = ("gaussian", "poisson", "bernoulli", "categorical")
+
+
+def _make(likelihood, half_life, model):
+    kwargs = dict(model=model, n_factors=2, half_life=half_life, random_state=0)
+    if likelihood in ("gaussian", "poisson"):
+        return FactorizationRegressor(likelihood=likelihood, **kwargs)
+    return FactorizationClassifier(**kwargs)
+
+
+def _targets(likelihood, users, items, rng):
+    score = np.sin(users) * (items - 2) / 2
+    if likelihood == "gaussian":
+        return score + 0.1 * rng.normal(size=len(users))
+    if likelihood == "poisson":
+        return rng.poisson(np.exp(0.5 * score))
+    if likelihood == "bernoulli":
+        return (score > 0).astype(int)
+    return np.digitize(score, [-0.5, 0.5])
+
+
+@pytest.mark.parametrize("likelihood", LIKELIHOODS)
+@pytest.mark.parametrize("half_life", [None, 25.0])
+@pytest.mark.parametrize("model", ["mf", "fm", "cp", "glm"])
+def test_every_model_likelihood_and_dynamics(likelihood, half_life, model):
+    """The matrix: fit, predict, draws and pickling mid-stream for every model × likelihood × dynamics."""
+    import pickle
+
+    rng = np.random.default_rng(0)
+    n = 160
+    users, items = rng.integers(0, 8, n), rng.integers(0, 5, n)
+    cols = [users, items] + ([users % 3] if model == "cp" else [])
+    X = np.column_stack(cols).astype(object)
+    y = _targets(likelihood, users, items, rng)
+    est = _make(likelihood, half_life, model).fit(X[:100], y[:100])
+    twin = pickle.loads(pickle.dumps(est))
+    for e in (est, twin):
+        e.partial_fit(X[100:], y[100:])
+    if isinstance(est, FactorizationClassifier):
+        np.testing.assert_array_equal(est.predict_proba(X[:10]), twin.predict_proba(X[:10]))
+        draws = est.sample_proba(X[:4], n_samples=3, random_state=0)
+        assert draws.shape == (4, len(est.classes_), 3) and np.allclose(draws.sum(1), 1)
+        assert est.score(X, y) > 0.5
+    else:
+        m, s = est.predict(X[:10], return_std=True)
+        np.testing.assert_array_equal(m, twin.predict(X[:10]))
+        assert np.all(np.isfinite(m)) and np.all(s > 0)
+        assert est.sample_y(X[:4], n_samples=3, random_state=0).shape == (4, 3)
+        if likelihood == "poisson":
+            assert np.all(m > 0)
