@@ -274,6 +274,17 @@ class SubspaceWarmup(BaseEstimator):
         self.random_state = random_state
 
     # -- fit -----------------------------------------------------------------------------------
+    def __sklearn_clone__(self):
+        """A fitted warm-up clones as itself, fitted (a deep copy): it is data of the filters that
+        reuse it (``SubspaceRegressor(warmup=fitted)``), and ``clone`` — ``GridSearchCV``,
+        ``cross_val_score`` — must hand them the same subspace. An unfitted one clones as any
+        estimator (its parameters only)."""
+        if hasattr(self, "components_"):
+            import copy
+
+            return copy.deepcopy(self)
+        return super().__sklearn_clone__()
+
     def fit(self, X, y, *, module, loss="mse", parameters=None) -> "SubspaceWarmup":
         """Train a copy of ``module`` on ``(X, y)`` and compute ``A`` and ``θ*``.
 

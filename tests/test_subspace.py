@@ -419,3 +419,17 @@ def test_a_fitted_subspace_filter_moves_to_another_dtype(make):
     assert est.predict(X[:2]).dtype == np.float32
     assert est._adapter.components.dtype == torch.float32 and est._adapter.offset.dtype == torch.float32
     assert est.n_samples_seen_ == len(X) + 5
+
+
+def test_a_fitted_warmup_survives_clone_and_grid_search():
+    """``clone`` (GridSearchCV, cross-validation) hands the filters the same fitted subspace."""
+    from sklearn.model_selection import GridSearchCV
+
+    X, y = _stream(n=80)
+    warm = SubspaceRegressor(n_components=4, random_state=0).fit(X, y).warmup_
+    twin = clone(SubspaceRegressor(n_components=2, warmup=warm))
+    torch.testing.assert_close(twin.warmup.components_, warm.components_)
+    assert twin.warmup is not warm  # a copy
+    search = GridSearchCV(SubspaceRegressor(warmup=warm, random_state=0), {"n_components": [2, 4]}, cv=2).fit(X, y)
+    assert search.best_estimator_.warmup_.components_.shape == warm.components_.shape
+    assert not hasattr(clone(SubspaceWarmup()), "components_")

@@ -299,7 +299,11 @@ def test_pickle_round_trip_and_clone():
     assert back.loss_curve_ == w.loss_curve_ and back.parameter_names_ == w.parameter_names_
     x = torch.randn(3, 2, dtype=DTYPE)
     assert torch.equal(back.module_(x), w.module_(x))
-    fresh = clone(w)
+    # a fitted warm-up clones fitted (it is the filters' data: __sklearn_clone__); an unfitted one
+    # as parameters only; refitting the parameters gives the same subspace
+    kept = clone(w)
+    assert kept is not w and torch.equal(kept.components_, w.components_)
+    fresh = clone(SubspaceWarmup(**w.get_params()))
     assert fresh.get_params() == w.get_params() and fitted_attributes(fresh) == []
     refit = fresh.fit(*regression_data(), module=make_net())
     assert torch.equal(refit.components_, w.components_)
