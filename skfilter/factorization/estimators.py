@@ -35,7 +35,6 @@ import numbers
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
-from sklearn.preprocessing import LabelEncoder
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import type_of_target
@@ -273,7 +272,6 @@ class _FactorizationBase(ValidatedParamsMixin, BaseEstimator):
             drift_variance=float(drift), learn_reference=self.reference == "learned", iterations=int(self.iterations),
             tol=float(self.tol), dtype=dtype, device=device, seed=int(rng.randint(2**31 - 1)))
         self.filter_.noise = self._initial_noise(self.filter_.noise, Y, weights, dtype, device)
-        self._sample_seed = int(rng.randint(2**31 - 1))
 
     def _slot_values(self, ids, context):
         """Per slot, the feature values ``(n, n_s)`` as tensors (ids: ones; the context standardised)."""
