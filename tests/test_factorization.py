@@ -681,3 +681,16 @@ def test_every_model_likelihood_and_dynamics(likelihood, half_life, model):
         assert est.sample_y(X[:4], n_samples=3, random_state=0).shape == (4, 3)
         if likelihood == "poisson":
             assert np.all(m > 0)
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_verbose_shows_a_progress_bar_and_learns_the_same(compiled, capsys):
+    from skfilter.kernels import compiled_kernels
+
+    users, items, y = _ratings(n=200)
+    X = np.column_stack([users, items]).astype(object)
+    with compiled_kernels(compiled):
+        quiet = FactorizationRegressor(model="mf", n_factors=2, random_state=0).fit(X, y)
+        loud = FactorizationRegressor(model="mf", n_factors=2, random_state=0, verbose=1).fit(X, y)
+    assert "FactorizationRegressor" in capsys.readouterr().err
+    np.testing.assert_array_equal(loud.predict(X[:10]), quiet.predict(X[:10]))

@@ -40,7 +40,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import type_of_target
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._utils import resolve_device, resolve_dtype
+from .._utils import pass_progress, progress_bar, resolve_device, resolve_dtype
 from ..exceptions import FilterStepError
 from ..kernels.factorization import run_events_compiled, serves
 from .._validation import ValidatedParamsMixin, check_parameter_constraints
@@ -59,8 +59,10 @@ MODELS = ("fm", "mf", "cp", "glm")
 #: (its covariance costs the square per event), one block per column above
 _JOINT_CONTEXT_SIZE = 512
 
-#: events per call of the compiled DEKF (about 0.3 s on MF: an interrupt waits at most that long)
+#: events per call of the compiled DEKF (about 0.1 s on MF: an interrupt waits at most that long)
 _KERNEL_CHUNK = 1 << 16
+#: events per call with a progress bar (``verbose > 0``)
+_PROGRESS_CHUNK = 1 << 12
 
 #: the online noise estimate of ``obs_variance='auto'`` (as the network regressors')
 _AUTO_NOISE = {"eps_min": 0.02, "residual_bound": 4.0}
@@ -102,6 +104,7 @@ class _FactorizationBase(ValidatedParamsMixin, BaseEstimator):
         "tol": [Interval(numbers.Real, 0, None, closed="left")],
         "n_epochs": [Interval(numbers.Integral, 1, None, closed="left")],
         "warm_start": ["boolean"],
+        "verbose": ["verbose"],
         "random_state": ["random_state"],
         "device": [str, torch.device],
         "dtype": [None, StrOptions({"float64", "float32"})],
@@ -320,17 +323,23 @@ class _FactorizationBase(ValidatedParamsMixin, BaseEstimator):
         Yt = torch.as_tensor(np.array(Y, dtype=np.float64), dtype=self.filter_.dtype, device=self.filter_.device)
         slot_ids = self._slot_ids(ids)
         n = len(context)
-        for _ in range(passes):
-            self._one_pass(n, slot_ids, values, Yt, w)
-            self.n_iter_ = self.__dict__.get("n_iter_", 0) + 1
+        bar = progress_bar(self.verbose, passes * n, type(self).__name__)
+        try:
+            for epoch in range(passes):
+                self._one_pass(n, slot_ids, values, Yt, w, pass_progress(bar, epoch * n))
+                self.n_iter_ = self.__dict__.get("n_iter_", 0) + 1
+        finally:
+            if bar is not None:
+                bar.close()
         return self
 
-    def _one_pass(self, n, slot_ids, values, Yt, w):
+    def _one_pass(self, n, slot_ids, values, Yt, w, progress=None):
         """Learn the ``n`` rows once, in order: the compiled DEKF when it serves the model, else the
-        torch engine row by row (undoing a failed row)."""
+        torch engine row by row (undoing a failed row); ``progress(rows_done)`` between chunks/rows."""
+        chunk = _KERNEL_CHUNK if progress is None else _PROGRESS_CHUNK
         if serves(self.filter_):  # the compiled DEKF, in chunks (an interrupt is seen between them)
-            for a in range(0, n, _KERNEL_CHUNK):
-                b = min(n, a + _KERNEL_CHUNK)
+            for a in range(0, n, chunk):
+                b = min(n, a + chunk)
                 chunk_ids = [None if s is None else s[a:b] for s in slot_ids]
                 try:
                     done = run_events_compiled(self.filter_, chunk_ids, [v[a:b] for v in values], Yt[a:b],
@@ -339,6 +348,8 @@ class _FactorizationBase(ValidatedParamsMixin, BaseEstimator):
                     self.n_samples_seen_ += int(getattr(err, "rows_done", 0))
                     raise
                 self.n_samples_seen_ += done
+                if progress is not None:
+                    progress(b)
             return
         for i in range(n):
             row_ids = [None if s is None else s[i] for s in slot_ids]
@@ -349,6 +360,8 @@ class _FactorizationBase(ValidatedParamsMixin, BaseEstimator):
                 self._restore_rows(backup)
                 raise
             self.n_samples_seen_ += 1
+            if progress is not None and ((i + 1) % 64 == 0 or i + 1 == n):
+                progress(i + 1)
 
     def _forget(self):
         for k in [k for k in vars(self) if k.endswith("_") and not k.startswith("__")] + ["_n_context"]:
@@ -456,6 +469,8 @@ _REST_DOC = """\
     warm_start : bool, default=False
         When True, ``fit`` on a fitted estimator continues its stream (``n_epochs`` more passes)
         instead of starting from the prior.
+    verbose : int, default=0
+        Show a progress bar over the rows while fitting when > 0.
     random_state : int, RandomState instance or None, default=None
         Seeds the new entities' prior means and the draws of ``sample_y``/``sample_proba``.
     device : str or torch.device, default='cpu'
@@ -516,7 +531,8 @@ class FactorizationRegressor(RegressorMixin, _FactorizationBase):
     def __init__(self, model="fm", *, entity_columns="auto", n_factors=8, order=2, biases=True,
                  prior_variance="auto", bias_variance="auto", init_scale=0.5, half_life=None, drift_variance="auto",
                  reference="learned", context_blocks="auto", iterations=1, tol=1e-8, obs_variance="auto",
-                 likelihood="gaussian", n_epochs=1, warm_start=False, random_state=None, device="cpu", dtype=None):
+                 likelihood="gaussian", n_epochs=1, warm_start=False, verbose=0, random_state=None, device="cpu",
+                 dtype=None):
         self._store_params(locals())
 
     def _encode(self, y, first, classes, n):
@@ -661,7 +677,7 @@ class FactorizationClassifier(ClassifierMixin, _FactorizationBase):
     def __init__(self, model="fm", *, entity_columns="auto", n_factors=8, order=2, biases=True,
                  prior_variance="auto", bias_variance="auto", init_scale=0.5, half_life=None, drift_variance="auto",
                  reference="learned", context_blocks="auto", iterations=1, tol=1e-8, n_epochs=1, warm_start=False,
-                 random_state=None, device="cpu", dtype=None):
+                 verbose=0, random_state=None, device="cpu", dtype=None):
         self._store_params(locals())
 
     def _encode(self, y, first, classes, n):
