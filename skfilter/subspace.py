@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -65,6 +66,9 @@ from .priors import auto_prior
 from .warmup import SubspaceWarmup
 
 __all__ = ["SubspaceRegressor", "SubspaceClassifier", "PULSERegressor", "PULSEClassifier"]
+
+#: fewer warm-up rows than this get a warning (the subspace is fixed for the life of the model)
+_FEW_WARMUP_ROWS = 10
 
 #: PULSE's ``mean_update`` → the coupling of :class:`~skfilter.posteriors.BlockDiagonal`
 _MEAN_UPDATES = {"coupled": "mean-field", "fixed-point": "fixed-point", "decoupled": "decoupled"}
@@ -202,6 +206,12 @@ class _SubspaceModel:
                                  f"{warm.components_.shape[1]} components: lower n_components or refit the warm-up.")
             return warm, base
         Xw, Yw = self._warmup_rows(X, Y, weights)
+        if len(Xw) < _FEW_WARMUP_ROWS:
+            warnings.warn(
+                f"{type(self).__name__}'s warm-up learns from only {len(Xw)} row(s); its subspace (A, θ*) is fixed "
+                "for the life of the model. Pass more rows to the first fit/partial_fit call, separate data "
+                "(warmup=(X_warmup, y_warmup)), or a fitted skfilter.warmup.SubspaceWarmup.", UserWarning,
+                stacklevel=6)
         names = self._projected_names(base)
         warm = SubspaceWarmup(n_components=int(self.n_components), random_state=self._mc_seed,
                               **self._prefixed("warmup__"))

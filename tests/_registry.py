@@ -25,10 +25,10 @@ STRUCTURES = {
     "lrkf": ("LRKFRegressor", "LRKFClassifier", {"rank": 5}),
     "hilofi": ("HiLoFiRegressor", "HiLoFiClassifier", {"hidden_rank": 3}),
     "lolofi": ("LoLoFiRegressor", "LoLoFiClassifier", {"hidden_rank": 3, "last_rank": 2}),
-    "subspace": ("SubspaceRegressor", "SubspaceClassifier", {"n_components": 3}),
+    "subspace": ("SubspaceRegressor", "SubspaceClassifier", {"n_components": 3, "warmup": 1.0}),
     "subspace-lofi": ("SubspaceRegressor", "SubspaceClassifier", {"n_components": 4, "covariance": "lofi",
-                                                                 "rank": 2}),
-    "pulse": ("PULSERegressor", "PULSEClassifier", {"n_components": 2}),
+                                                                 "rank": 2, "warmup": 1.0}),
+    "pulse": ("PULSERegressor", "PULSEClassifier", {"n_components": 2, "warmup": 1.0}),
 }
 
 WRAPPERS = ("none", "wolf", "bocd")

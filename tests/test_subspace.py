@@ -433,3 +433,18 @@ def test_a_fitted_warmup_survives_clone_and_grid_search():
     search = GridSearchCV(SubspaceRegressor(warmup=warm, random_state=0), {"n_components": [2, 4]}, cv=2).fit(X, y)
     assert search.best_estimator_.warmup_.components_.shape == warm.components_.shape
     assert not hasattr(clone(SubspaceWarmup()), "components_")
+
+
+def test_a_tiny_warmup_warns_and_still_learns():
+    X, y = _stream(n=60)
+    est = SubspaceRegressor(n_components=3, random_state=0)
+    with pytest.warns(UserWarning, match="only 2 row"):
+        est.partial_fit(X[:4], y[:4])  # warmup=0.5 of a 4-row first call
+    for i in range(4, 60):
+        est.partial_fit(X[i:i + 1], y[i:i + 1])
+    assert est.n_samples_seen_ == 60 and np.all(np.isfinite(est.predict(X)))
+    import warnings as w
+
+    with w.catch_warnings():
+        w.simplefilter("error")
+        SubspaceRegressor(n_components=3, random_state=0).fit(X[:20], y[:20])  # 10 warm-up rows: no warning
