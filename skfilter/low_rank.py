@@ -42,6 +42,7 @@ from ._estimator import BaseFilter
 from ._regression import FilterRegressorMixin
 from ._validation import raise_invalid_parameter
 from .dynamics import Dynamics
+from .models import last_layer_parameters
 from .posteriors import CholeskyFactor, FactoredCovariance, LowRankFactor
 from .posteriors.factored import LOW_RANK_INITS
 
@@ -49,24 +50,6 @@ __all__ = ["LRKFRegressor", "LRKFClassifier", "HiLoFiRegressor", "HiLoFiClassifi
            "LoLoFiClassifier"]
 
 _NONNEGATIVE = Interval(Real, 0, None, closed="left")
-
-
-def _positions_of(module, names):
-    """The flat positions (a 1-d LongTensor) of the learned parameters ``names`` of ``module``, in the
-    flat order of the filters (that of ``module.named_parameters()``, frozen parameters skipped)."""
-    offsets, k = {}, 0
-    for name, p in module.named_parameters():
-        if not p.requires_grad:
-            continue
-        offsets[name] = (k, k + p.numel())
-        k += p.numel()
-    unknown = [n for n in names if n not in offsets]
-    if unknown:
-        raise ValueError(f"last_layer names {unknown}, which are not learned parameters of the module; its "
-                         f"learned parameters are {list(offsets)}.")
-    if len(set(names)) != len(names):
-        raise ValueError(f"last_layer names a parameter twice: {list(names)}.")
-    return torch.cat([torch.arange(*offsets[n]) for n in names])
 
 
 class _FactoredStructure:
@@ -99,23 +82,13 @@ class _FactoredStructure:
         a model that is one linear layer); raises ``ValueError`` when the last layer is not found."""
         adapter = self._adapter
         P = adapter.n_params
-        if self.last_layer is not None:
-            last = _positions_of(adapter.module, list(self.last_layer))
-        elif "last" in adapter.blocks:
-            ix = adapter.blocks["last"]
-            last = torch.arange(P)[ix] if isinstance(ix, slice) else ix
-        else:
-            raise ValueError(
-                f"{type(self).__name__} could not find the last layer of the module (found automatically for "
-                "the default MLP, an nn.Sequential ending in nn.Linear, and a module whose attribute last_layer_name "
-                "names its last layer): pass its parameter names as last_layer=[...] (names as in "
-                "module.named_parameters(), e.g. ['head.weight', 'head.bias']).")
+        last = adapter.positions_of(last_layer_parameters(adapter, self.last_layer, type(self).__name__))
         hidden = torch.ones(P, dtype=torch.bool)
         hidden[last] = False
         blocks = {}
         if bool(hidden.any()):
             blocks["hidden"] = hidden.nonzero().flatten()
-        blocks["last"] = torch.sort(last).values
+        blocks["last"] = last
         return blocks
 
     def _make_structure(self, cfg):

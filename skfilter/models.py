@@ -626,6 +626,43 @@ def last_layer(module: nn.Module) -> str | None:
     return name if type(child) is nn.Linear else None
 
 
+def last_layer_parameters(adapter, names=None, owner: str = "The filter") -> list:
+    """The learned parameter names of the network's last layer, for the filters that treat it apart
+    (HiLoFi, LoLoFi, PULSE): ``names`` (an estimator's ``last_layer``) checked against the adapter's
+    learned parameters, or the parameters of :func:`last_layer` of ``adapter.module``.
+
+    Raises ``ValueError`` for an unknown or repeated name, and, when the last layer is not found,
+    one that tells ``owner``'s user to pass ``last_layer=[...]``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from skfilter.models import last_layer_parameters, make_adapter, make_mlp
+    >>> adapter = make_adapter(make_mlp(2, (3,), 1, seed=0), torch.device("cpu"), torch.float64, 2)
+    >>> last_layer_parameters(adapter)
+    ['2.weight', '2.bias']
+    """
+    learned = adapter.parameter_names
+    if names is not None:
+        names = list(names)
+        unknown = [n for n in names if n not in learned]
+        if unknown:
+            raise ValueError(f"last_layer names {unknown}, which are not learned parameters of the module; its "
+                             f"learned parameters are {learned}.")
+        if len(set(names)) != len(names):
+            raise ValueError(f"last_layer names a parameter twice: {names}.")
+        return names
+    found = last_layer(adapter.module)
+    chosen = [] if found is None else [n for n in learned if n.startswith(found + ".")]
+    if not chosen:
+        raise ValueError(
+            f"{owner} could not find the last layer of the module (found automatically for the default MLP, an "
+            "nn.Sequential ending in nn.Linear, and a module whose attribute last_layer_name names its last "
+            "layer): pass its parameter names as last_layer=[...] (names as in module.named_parameters(), e.g. "
+            "['head.weight', 'head.bias']).")
+    return chosen
+
+
 def make_adapter(module: nn.Module, device, dtype, n_inputs: int, fused: bool = True,
                  blocks: dict | None = None) -> ModuleAdapter:
     """Wrap ``module`` in the fused :class:`MLPAdapter` when it qualifies, else :class:`ModuleAdapter`;

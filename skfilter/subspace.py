@@ -60,7 +60,7 @@ from ._regression import FilterRegressorMixin
 from ._validation import raise_invalid_parameter
 from .dynamics import Dynamics
 from .likelihoods import Poisson
-from .models import SubspaceAdapter, last_layer, make_adapter
+from .models import SubspaceAdapter, last_layer_parameters, make_adapter
 from .posteriors import BlockDiagonal, DiagonalCovariance, FullCovariance, LowRankPrecision
 from .priors import auto_prior
 from .warmup import SubspaceWarmup
@@ -169,20 +169,9 @@ class _SubspaceModel:
         return [n for n in names if n not in last]
 
     def _last_layer_names(self, adapter):
-        """PULSE's last layer: ``last_layer`` or the one found in the module."""
-        names = adapter.parameter_names
-        if self.last_layer is not None:
-            chosen = list(self.last_layer)
-            adapter.positions_of(chosen)  # ValueError for an unknown name
-        else:
-            found = last_layer(adapter.module)
-            chosen = [] if found is None else [n for n in names if n.startswith(found + ".")]
-            if not chosen:
-                raise ValueError(
-                    f"{type(self).__name__} could not find the last layer of the module (found automatically for "
-                    "the default MLP, an nn.Sequential ending in nn.Linear, and a module whose attribute "
-                    "last_layer_name names its last layer): pass its parameter names as last_layer=[...].")
-        if len(chosen) == len(names):
+        """PULSE's last layer: ``last_layer`` or the one found in the module; it may not be all."""
+        chosen = last_layer_parameters(adapter, self.last_layer, type(self).__name__)
+        if len(chosen) == len(adapter.parameter_names):
             raise ValueError(f"{type(self).__name__} needs hidden parameters to project: the last layer {chosen} "
                              "holds every learned parameter of the module. Use a network with hidden layers.")
         return chosen
