@@ -43,7 +43,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._utils import pass_progress, progress_bar, resolve_device, resolve_dtype
 from ..exceptions import FilterStepError
 from ..kernels.factorization import run_events_compiled, serves
-from .._validation import ValidatedParamsMixin, check_parameter_constraints
+from .._validation import PrefixedParamsMixin, ValidatedParamsMixin, check_parameter_constraints
 from ..likelihoods import Bernoulli, Categorical, Gaussian, Poisson, probit_probabilities
 from ..priors import input_standardization, target_scale
 from .dekf import as_numpy_ids
@@ -74,18 +74,14 @@ def _is_numeric_dtype(dtype) -> bool:
     return bool(is_numeric_dtype(dtype) or is_bool_dtype(dtype))
 
 
-class _FactorizationBase(ValidatedParamsMixin, BaseEstimator):
+class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
     """What the regressor and the classifier share (module docstring)."""
 
     #: the prior variance of the numeric context's linear weights is this × s² / n_context
     _context_scale_factor = 1.0
 
-    def _store_params(self, params: dict):
-        """Store ``__init__``'s arguments (its ``locals()``) as attributes, unvalidated (scikit-learn's
-        convention)."""
-        for key, value in params.items():
-            if key not in ("self", "__class__"):
-                setattr(self, key, value)
+    #: no ``<prefix>__`` keyword arguments (the mixin is here for its parameter store)
+    _param_prefixes: tuple = ()
 
     _parameter_constraints = {
         "model": [StrOptions(set(MODELS))],
@@ -533,7 +529,7 @@ class FactorizationRegressor(RegressorMixin, _FactorizationBase):
                  reference="learned", context_blocks="auto", iterations=1, tol=1e-8, obs_variance="auto",
                  likelihood="gaussian", n_epochs=1, warm_start=False, verbose=0, random_state=None, device="cpu",
                  dtype=None):
-        self._store_params(locals())
+        self._store_init_params(locals())
 
     def _encode(self, y, first, classes, n):
         if y is None:
@@ -678,7 +674,7 @@ class FactorizationClassifier(ClassifierMixin, _FactorizationBase):
                  prior_variance="auto", bias_variance="auto", init_scale=0.5, half_life=None, drift_variance="auto",
                  reference="learned", context_blocks="auto", iterations=1, tol=1e-8, n_epochs=1, warm_start=False,
                  verbose=0, random_state=None, device="cpu", dtype=None):
-        self._store_params(locals())
+        self._store_init_params(locals())
 
     def _encode(self, y, first, classes, n):
         if y is None:

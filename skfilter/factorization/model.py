@@ -178,7 +178,7 @@ class FactorizationFilter:
         vals = [v.reshape(1, -1) for v in values]
         Y = y.reshape(1, self.d)
         new_blocks, noise = self._update(blocks, vals, Y, float(weight))
-        for name, r, old, new in zip(names, rows, states, new_blocks):
+        for new in new_blocks:
             finite_or_raise(*new.values())
         for name, r, old, new in zip(names, rows, states, new_blocks):  # the predict and the update, at once
             written = {k: v.unsqueeze(0) for k, v in new.items()}
@@ -214,10 +214,10 @@ class FactorizationFilter:
             return dekf_update(blocks, H, e), noise
         return self._iterated_update(blocks, vals, Y, weight, noise, H, e), noise
 
-    def _log_posterior(self, theta, blocks, vals, Y, weight, chols):
+    def _log_posterior(self, theta, blocks, vals, Y, weight, chols, noise):
         probe = [dict(b, mean=t) for b, t in zip(blocks, theta)]
         f, _ = self._linearise(probe, vals)
-        value = weight * event_log_likelihood(self.likelihood, f, Y, self._line_search_noise)
+        value = weight * event_log_likelihood(self.likelihood, f, Y, noise)
         for t, b, L in zip(theta, blocks, chols):
             z = torch.linalg.solve_triangular(L, (t - b["mean"]).unsqueeze(-1), upper=False)
             value = value - 0.5 * (z * z).sum()
@@ -227,9 +227,8 @@ class FactorizationFilter:
         """The decoupled iterated EKF (§4.2): Fisher scoring on the involved blocks' log posterior
         with backtracking, from the prior means; the covariance from the last linearisation."""
         theta = [b["mean"] for b in blocks]
-        self._line_search_noise = noise
         chols = [torch.linalg.cholesky(b["cov"]) for b in blocks]
-        current = self._log_posterior(theta, blocks, vals, Y, weight, chols)
+        current = self._log_posterior(theta, blocks, vals, Y, weight, chols, noise)
         for _ in range(self.iterations):
             offset = sum(h @ (t - b["mean"]) for h, t, b in zip(H, theta, blocks))
             moved = dekf_update(blocks, H, e, residual=e + offset)  # μ + q S⁻¹ r at this linearisation
@@ -237,7 +236,7 @@ class FactorizationFilter:
             size = 1.0
             for _ in range(30):  # backtracking on the log posterior
                 trial = [t + size * s for t, s in zip(theta, step)]
-                value = self._log_posterior(trial, blocks, vals, Y, weight, chols)
+                value = self._log_posterior(trial, blocks, vals, Y, weight, chols, noise)
                 if bool(torch.isfinite(value)) and float(value) >= float(current) - 1e-12 * abs(float(current)):
                     break
                 size *= 0.5
