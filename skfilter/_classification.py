@@ -152,6 +152,20 @@ class FilterClassifierMixin(PredictiveSamplingMixin, ProbabilisticClassifierMixi
             return probs(f)
         return probit_probabilities(f, var, binary)
 
+    def _uninformed_summary(self, n):
+        """Uniform class probabilities: no prediction before any label."""
+        K = len(self.classes_)
+        return torch.full((n, K), 1.0 / K, dtype=self._dtype, device=self._device)
+
+    def _stream_classes(self, y, classes):
+        """``classes``, or the labels of ``y`` (a pass that starts on one row must know them all)."""
+        if classes is not None:
+            return classes
+        try:
+            return np.unique(np.asarray(y))
+        except TypeError:  # mixed label types: the validation of the first row says what is wrong
+            return None
+
     def _mix_summaries(self, summaries, weights):
         """``Σ_k w_k p_k``: the mixture's class probabilities from the hypotheses' ``(K, n, K_c)``."""
         w = weights.to(summaries.dtype).reshape(-1, *([1] * (summaries.dim() - 1)))
@@ -331,13 +345,22 @@ class FilterClassifierMixin(PredictiveSamplingMixin, ProbabilisticClassifierMixi
         >>> proba.shape, bool(np.allclose(proba.sum(axis=1), 1.0))
         ((200, 3), True)
         """
+        self._check_prequential_args(return_std, method, classes)
+        return self._prequential_outputs(self._prequential_fit_record(X, y, sample_weight, classes), return_std,
+                                         method)
+
+    def _check_prequential_args(self, return_std, method, classes):
+        """``prequential_fit_predict``'s arguments that a classifier takes (before anything is learned)."""
         if return_std:
             raise ValueError("return_std is only available for regressors.")
         if method not in ("predict", "predict_proba", "predict_log_proba"):
             raise ValueError(
                 f"method must be 'predict', 'predict_proba' or 'predict_log_proba', got {method!r}."
             )
-        proba = to_numpy(self._fit(X, y, sample_weight, reset=True, classes=classes, n_epochs=1, record=True))
+
+    def _prequential_outputs(self, rec, return_std, method):
+        """Labels, probabilities or log-probabilities from a one-step-ahead record ``(n, K)``."""
+        proba = to_numpy(rec)
         if method == "predict_proba":
             return proba
         if method == "predict_log_proba":

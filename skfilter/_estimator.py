@@ -36,6 +36,7 @@ from .filtering import EngineParts, FilterState, run_filter
 from .posteriors import Posterior, map_belief, select_hypothesis
 from .models import MLPAdapter, build_module, make_adapter, standardize_mlp
 from .priors import auto_prior, input_standardization
+from .stream_start import DEFAULT_PRIOR_ROWS, StreamStart, first_rows, generator_for, prequential_fit_record
 from ._validation import DEVICE_PARAMETER_CONSTRAINTS, NETWORK_PARAMETER_CONSTRAINTS, ValidatedParamsMixin
 from ._validation import check_data_magnitude, check_finite_output, check_network_params
 from ._validation import check_no_unknown_kwargs, check_parameter_constraints, unchanged_on_error
@@ -106,6 +107,7 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
         **NETWORK_PARAMETER_CONSTRAINTS,
         **DEVICE_PARAMETER_CONSTRAINTS,
         "prior_variance": [StrOptions({"auto"}), Interval(Real, 0, None, closed="neither")],
+        "n_prior_rows": [Interval(Integral, 1, None, closed="left")],
         "process_noise": [Interval(Real, 0, None, closed="left")],
         "decay": [Interval(Real, 0, 1, closed="both")],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
@@ -124,6 +126,7 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
             "dtype": resolve_dtype(self.dtype, device),
             "prior_variance": self.prior_variance if isinstance(self.prior_variance, str)
             else float(self.prior_variance),
+            "n_prior_rows": int(getattr(self, "n_prior_rows", DEFAULT_PRIOR_ROWS)),
             "process_noise": float(self.process_noise),
             "decay": float(self.decay),
             "batch_size": int(self.batch_size),
@@ -155,6 +158,22 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
     def _prior_targets(self, Y):
         """Targets whose scale the ``'auto'`` prior adopts (regressors); None (classifiers)."""
         return None
+
+    def _scaled_by_data(self, cfg) -> bool:
+        """Whether this estimator's start uses data (:mod:`skfilter.stream_start`): the ``'auto'``
+        prior of the default network (input standardisation; regressors: the targets' scale).
+        Mixins and structures add theirs (the first noise estimate, a subspace warm-up)."""
+        return cfg["prior_variance"] == "auto" and self.module is None
+
+    def _prior_rows_limit(self, cfg):
+        """The number of the stream's first rows that fix its data-scaled start, or None when
+        nothing is scaled to data (:mod:`skfilter.stream_start`)."""
+        return cfg["n_prior_rows"] if self._scaled_by_data(cfg) else None
+
+    @property
+    def _prior_pending(self) -> bool:
+        """Whether the stream has not yet seen the rows that fix its prior (they are kept)."""
+        return self.__dict__.get("_stream_start") is not None
 
     def _check_structure_params(self) -> dict:
         """Validate the structure-specific parameters (subclasses)."""
@@ -346,9 +365,11 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
         check_finite_output(values, "The prediction of", self)
 
     # -- building the filter ------------------------------------------------------------------
-    def _initialize(self, X, cfg, n_outputs, Y=None, weights=None):
-        """Build module, adapter, likelihood, prior belief and noise state for a new stream."""
-        rng = check_random_state(self.random_state)
+    def _initialize(self, X, cfg, n_outputs, Y=None, weights=None, rng=None):
+        """Build module, adapter, likelihood, prior belief and noise state for a new stream from its
+        first rows ``X`` (targets ``Y``, weights ``weights``), drawing the network and the seeds
+        from ``rng`` (default: ``random_state``'s generator)."""
+        rng = check_random_state(self.random_state) if rng is None else rng
         seed = int(rng.randint(0, 2**31 - 1))
         module = build_module(
             self.module, self._prefixed("module__"), n_inputs=X.shape[1], n_outputs=n_outputs,
@@ -434,11 +455,28 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
         ``fit`` scores multi-pass fits only, ``partial_fit`` never; an unscored pass gets NaN).
         Returns the one-step-ahead record of the last pass with ``record``."""
         new_stream = reset or not hasattr(self, "filter_state_")
+        # the stream's first rows are still arriving: this call learns them all again, from a prior
+        # set on all rows so far (skfilter.stream_start); if it fails the estimator is as it was
+        before = dict(self.__dict__) if not new_stream and self._prior_pending else None
         X, Y, w, cfg = self._begin(X, y, sample_weight, reset=reset, classes=classes)
-        if new_stream or "n_iter_" not in self.__dict__:
+        passes = cfg["n_epochs"] if n_epochs is None else n_epochs
+        loss = record if loss is None else loss
+        restart = self.__dict__.pop("_restart", None)
+        if self._prior_pending:  # passes of this call, for a later restart
+            self._stream_start = self._stream_start.with_passes(passes)
+        if restart is None:
+            if new_stream or "n_iter_" not in self.__dict__:
+                self.n_iter_, self.loss_curve_ = 0, []
+            return self._stream(X, Y, w, cfg, passes, record, loss)
+        try:
             self.n_iter_, self.loss_curve_ = 0, []
-        return self._stream(X, Y, w, cfg, cfg["n_epochs"] if n_epochs is None else n_epochs, record,
-                            record if loss is None else loss)
+            for call in restart.replayed():  # every earlier call again (a multi-pass fit scored, as fit does)
+                self._stream(call.X, call.Y, call.sample_weight, cfg, call.n_passes, False, call.n_passes > 1)
+            return self._stream(X, Y, w, cfg, passes, record, loss)
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(before)
+            raise
 
     def _begin(self, X, y, sample_weight, *, reset, classes=None):
         """Everything ``fit``/``partial_fit`` do before learning: validate the parameters and the
@@ -469,8 +507,15 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
             Y = self._encode_targets(y, first=first, classes=classes)
             # X passed the magnitude bound on the fast path
             self._check_data_magnitude(cfg["dtype"], X=None if fast is not None else X, y=Y, sample_weight=w)
+            start = None if first else self.__dict__.get("_stream_start")
             if first:
-                self._initialize(X, cfg, self._n_model_outputs(), Y, w)
+                self._start_stream(X, Y, w, cfg)
+            elif start is not None:  # the prior again, from every row so far (skfilter.stream_start)
+                start = start.add(X.copy(), Y.copy(), None if w is None else w.copy())
+                self._initialize(*start.prior_rows()[:1], cfg, self._n_model_outputs(), *start.prior_rows()[1:],
+                                 rng=generator_for(self.random_state, start))
+                self._stream_start = None if start.complete else start
+                self._restart = start
             elif cfg["device"] != self._device or cfg["dtype"] != self._dtype:
                 self._move(cfg["device"], cfg["dtype"])
             if first:  # the module as built, before the adapter put it in eval mode
@@ -485,6 +530,62 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
             self._dynamics = self._make_dynamics(cfg)
             memo["dynamics"] = (cfg, self._reference, self._dynamics)
         return X, Y, w, cfg
+
+    def _start_stream(self, X, Y, w, cfg):
+        """Build the filter for a new stream from its first rows and keep them while they are fewer
+        than the rows that fix a data-scaled prior (:mod:`skfilter.stream_start`)."""
+        limit = self._prior_rows_limit(cfg)
+        rng = check_random_state(self.random_state)
+        keep = limit is not None and X.shape[0] < limit
+        state = rng.get_state() if keep else None
+        Xp, Yp, wp = (X, Y, w) if limit is None else first_rows(X, Y, w, limit)
+        self._initialize(Xp, cfg, self._n_model_outputs(), Yp, wp, rng=rng)
+        self._stream_start = None if not keep else StreamStart.begin(
+            X.copy(), Y.copy(), None if w is None else w.copy(), limit=limit, rng_state=state)
+
+    def _prequential_fit_record(self, X, y, sample_weight=None, classes=None):
+        """Fit from the prior on ``(X, y)`` in one pass and return the one-step-ahead record of
+        every row (``prequential_fit_predict``), each predicted from the rows before it only
+        (:func:`~skfilter.stream_start.prequential_fit_record`). Sets ``n_iter_ = 1`` and the
+        pass's mean prequential loss (rows predicted from data) in ``loss_curve_``."""
+        rec = prequential_fit_record(self, X, y, sample_weight, classes)
+        if self._start_rows() is not None:
+            self.n_iter_, self.loss_curve_ = 1, [self._record_loss(rec[1:], y)]
+        return rec
+
+    # the interface of skfilter.stream_start.prequential_fit_record (wrappers have it too)
+    def _learn_rows(self, X, y, sample_weight=None, *, first, classes=None, record=False):
+        """One pass of ``partial_fit`` over ``(X, y)`` (``first``: from the prior); with ``record``
+        the one-step-ahead record of the rows, made inside the filter loop."""
+        return self._fit(X, y, sample_weight, reset=first, classes=classes, n_epochs=1, record=record, loss=record)
+
+    def _start_rows(self):
+        """The rows that fix this estimator's data-scaled start (None: its prior uses no data)."""
+        return self._prior_rows_limit(self._check_params())
+
+    def _row_summary(self, X):
+        """The predictive summary of the rows ``X`` from the current state (the record's format)."""
+        return self._predictive_summary(self._tensor(self._validate_X(X, reset=False)))
+
+    def _record_loss(self, summaries, y) -> float:
+        """The mean prequential loss of ``summaries`` against the targets ``y`` of the rows after the
+        first (``loss_curve_`` of :meth:`_prequential_fit_record`); NaN where they cannot be read."""
+        try:
+            y = np.asarray(y)[1:]
+            if y.shape[0] == 0:
+                return float("nan")
+            Y = self._tensor(self._target_matrix(self._encode_targets(y, first=False)))
+        except (TypeError, ValueError, IndexError):
+            return float("nan")
+        return self._prequential_loss(summaries, Y)
+
+    def _stream_classes(self, y, classes):
+        """The classes a prequential pass starts with (classifiers: ``classes`` or those in ``y``)."""
+        return classes
+
+    def _uninformed_summary(self, n):
+        """The predictive summary of ``n`` rows predicted before any data (target mixins)."""
+        raise NotImplementedError
 
     def _validate_fast(self, X, y, dtype):
         """``(X, y)`` when a fitted estimator gets plain rows that scikit-learn's ``validate_data``

@@ -170,6 +170,67 @@ class FilterMetaEstimator(MetaEstimatorMixin, BaseEstimator):
         ``estimator_``. For wrappers that run the filter themselves."""
         raise NotImplementedError
 
+    @property
+    def _inner(self):
+        """The innermost (fitted) filter estimator."""
+        est = self.estimator_
+        while isinstance(est, FilterMetaEstimator):
+            est = est.estimator_
+        return est
+
+    # -- prequential evaluation (the interface of skfilter.stream_start.prequential_fit_record) ---
+    def _learn_rows(self, X, y, sample_weight=None, *, first, classes=None, record=False):
+        """One pass over ``(X, y)`` as ``partial_fit`` (``first``: from the prior); with ``record``
+        the one-step-ahead record of the rows (subclasses)."""
+        raise NotImplementedError
+
+    def _start_rows(self):
+        """The rows that fix the base filter's data-scaled start (None: its prior uses no data)."""
+        return self._new_base()._start_rows()
+
+    def _row_summary(self, X):
+        return self._inner._row_summary(X)
+
+    def _uninformed_summary(self, n):
+        return self._inner._uninformed_summary(n)
+
+    def _stream_classes(self, y, classes):
+        return self._base_template()._stream_classes(y, classes)
+
+    def _check_prequential_args(self, return_std, method, classes):
+        self._base_template()._check_prequential_args(return_std, method, classes)
+
+    def _after_prequential(self, rec, y):
+        """Bookkeeping after a prequential pass (``n_iter_``, ``loss_curve_``) (subclasses)."""
+
+    def prequential_fit_predict(self, X, y, *, return_std=False, method="predict", sample_weight=None,
+                                classes=None):
+        """Fit from the prior and return every row's one-step-ahead prediction, made before the row
+        is learned from the rows before it only (:func:`skfilter.model_selection.prequential_predict`).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+        return_std : bool, default=False
+            Regressors: also return the predictive standard deviation.
+        method : {'predict', 'predict_proba', 'predict_log_proba'}, default='predict'
+            Classifiers: labels, probabilities or log-probabilities.
+        sample_weight : array-like of shape (n_samples,), default=None
+        classes : array-like of shape (n_classes,), default=None
+            Classifiers: all the classes of the stream (default: those in ``y``).
+
+        Returns
+        -------
+        pred : ndarray, or ``(mean, std)`` with ``return_std``
+        """
+        from .stream_start import prequential_fit_record
+
+        self._check_prequential_args(return_std, method, classes)
+        rec = prequential_fit_record(self, X, y, sample_weight, classes)
+        self._after_prequential(rec, y)
+        return self._inner._prequential_outputs(rec, return_std, method)
+
     # -- delegation ---------------------------------------------------------------------------
     @property
     def n_features_in_(self):

@@ -26,7 +26,7 @@ _REGRESSION_LIKELIHOODS = ("gaussian", "poisson")
 AUTO_NOISE_FORGETTING = 0.02
 
 #: pseudo-rows of the prior on the noise variance of ``obs_variance='auto'`` (started at the variance
-#: of the first call's targets)
+#: of the stream's first targets)
 AUTO_NOISE_PRIOR_ROWS = 10.0
 
 #: ``b`` of ``obs_variance='auto'``: a row's squared residual counts at most ``b² = 16`` times the
@@ -99,7 +99,7 @@ class FilterRegressorMixin(PredictiveSamplingMixin, RegressorMixin):
         return {}
 
     def _initial_noise(self, n_outputs, cfg, Y, weights):
-        """``obs_variance='auto'`` starts the online estimate at the variance of the first call's
+        """``obs_variance='auto'`` starts the online estimate at the variance of the stream's first
         targets, counted as :data:`AUTO_NOISE_PRIOR_ROWS` pseudo-rows (a prior on ``r``): the first
         residuals then refine it instead of replacing it (with ``ε_1 = 1`` one lucky first
         prediction would make the filter believe the data noise-free)."""
@@ -111,6 +111,13 @@ class FilterRegressorMixin(PredictiveSamplingMixin, RegressorMixin):
         r = torch.full_like(state["r"], float(np.mean(scale ** 2)))
         weight = torch.full_like(state["weight"], AUTO_NOISE_PRIOR_ROWS)
         return {"r": r, "weight": weight, "scale": r.rsqrt()[..., None]}
+
+    def _scaled_by_data(self, cfg) -> bool:
+        """The ``'auto'`` prior, or the first noise estimate of ``obs_variance='auto'``/``'robust'``
+        (started at the first targets' variance)."""
+        noise = self.obs_variance
+        return super()._scaled_by_data(cfg) or (isinstance(noise, str) and noise in ("auto", "robust")
+                                                and self.likelihood != "poisson")
 
     def _prior_targets(self, Y):
         """The ``'auto'`` prior adopts the targets' scale under the Gaussian likelihood."""
@@ -190,6 +197,10 @@ class FilterRegressorMixin(PredictiveSamplingMixin, RegressorMixin):
                 mean, epi = f, var
         alea = mean if poisson else self._likelihood.aleatoric_variance(mean, noise_state)
         return torch.cat([mean, epi, alea], dim=-1)
+
+    def _uninformed_summary(self, n):
+        """NaN moments: no prediction of the targets' location and scale before any target."""
+        return torch.full((n, 3 * self.n_outputs_), float("nan"), dtype=self._dtype, device=self._device)
 
     def _mix_summaries(self, summaries, weights):
         """Moments of the mixture ``Σ_k w_k p_k(y)`` from the hypotheses' ``(mean, epistemic,
@@ -401,11 +412,18 @@ class FilterRegressorMixin(PredictiveSamplingMixin, RegressorMixin):
         >>> mean.shape, reg.n_samples_seen_
         ((100,), 100)
         """
+        self._check_prequential_args(return_std, method, classes)
+        return self._prequential_outputs(self._prequential_fit_record(X, y, sample_weight), return_std, method)
+
+    def _check_prequential_args(self, return_std, method, classes):
+        """``prequential_fit_predict``'s arguments that a regressor takes (before anything is learned)."""
         if classes is not None:
             raise ValueError("classes only applies to classifiers.")
         if method != "predict":
             raise ValueError(f"method must be 'predict' for a regressor, got {method!r}.")
-        rec = self._fit(X, y, sample_weight, reset=True, n_epochs=1, record=True)
+
+    def _prequential_outputs(self, rec, return_std, method):
+        """Means (and standard deviations) from a one-step-ahead record ``(n, 3C)``."""
         C = self.n_outputs_
         mean = self._shape_output(to_numpy(rec[:, :C]))
         if not return_std:

@@ -134,10 +134,22 @@ class _BOCDMeta(ValidatedParamsMixin, FilterMetaEstimator):
         """Learn ``(X, y)`` as the run-length mixture; with ``prequential``, returns the mixture's
         one-step-ahead summaries of the rows (:meth:`_one_step_recorder`)."""
         options = self._check_params()
+        # the stream's first rows are still arriving: this call learns them all again from a prior
+        # set on all rows so far (skfilter.stream_start); if it fails, every estimator is as it was
+        before = None if first else self._snapshot_chain()
         base, inner = self._filter_for(first, y, sample_weight)
         record = self._one_step_recorder(inner) if prequential else None
         kwargs = {} if classes is None else {"classes": classes}
         X, Y, w, cfg = inner._begin(X, y, sample_weight, reset=first, **kwargs)
+        restart = inner.__dict__.pop("_restart", None)
+        if restart is not None:
+            try:
+                return self._run_restart(base, inner, restart, X.shape[0], cfg, options, record)
+            except BaseException:
+                for est, state in before:
+                    est.__dict__.clear()
+                    est.__dict__.update(state)
+                raise
         if first:
             prior = inner.filter_state_  # the prior belief and initial noise state
             state = initial_state(prior)
@@ -175,6 +187,32 @@ class _BOCDMeta(ValidatedParamsMixin, FilterMetaEstimator):
         self.loss_curve_.append(float("nan") if out is None else inner._prequential_loss(out, Yt))
         return out
 
+    def _snapshot_chain(self):
+        """``[(estimator, copy of its instance dictionary)]`` of this wrapper and the fitted
+        estimators inside it, if the innermost filter's stream start is still open (else None)."""
+        chain, est = [self], self.__dict__.get("estimator_")
+        while est is not None:
+            chain.append(est)
+            est = est.__dict__.get("estimator_")
+        if not getattr(chain[-1], "_prior_pending", False):
+            return None
+        return [(e, dict(e.__dict__)) for e in chain]
+
+    def _run_restart(self, base, inner, restart, n_new, cfg, options, record):
+        """The mixture from the prior again (which ``inner._begin`` set from all rows so far) over
+        every row of the stream so far, in one pass; returns the record of the last ``n_new``."""
+        prior = inner.filter_state_
+        state, prior_noise = initial_state(prior), prior.noise
+        parts = inner._engine_parts()
+        X, Y, w = restart.rows()
+        Xt, Yt = inner._tensor(X), inner._tensor(inner._target_matrix(Y))
+        wt = None if w is None else inner._tensor(w)
+        state, out = run_runlength(parts, state, FilterState(self._prior_belief(parts), prior_noise, 0), Xt, Yt,
+                                   wt, cfg["batch_size"], record, None, **options)
+        self._install(base, inner, state, prior_noise)
+        self.n_iter_, self.loss_curve_ = 1, [float("nan")]
+        return None if out is None else out[-n_new:]
+
     def _prior_belief(self, parts):
         """The prior belief a new regime starts from, built from the reference once per structure
         and reference (a streaming loop asks at every call; beliefs are values, never modified)."""
@@ -194,12 +232,12 @@ class _BOCDMeta(ValidatedParamsMixin, FilterMetaEstimator):
         self._prior_noise = prior_noise
         self._record_structure()
 
-    @property
-    def _inner(self):
-        est = self.estimator_
-        while isinstance(est, FilterMetaEstimator):
-            est = est.estimator_
-        return est
+    def _learn_rows(self, X, y, sample_weight=None, *, first, classes=None, record=False):
+        return self._run(X, y, sample_weight, first=first, classes=classes, prequential=record)
+
+    def _after_prequential(self, rec, y):
+        if self._start_rows() is not None:
+            self.n_iter_, self.loss_curve_ = 1, [self._inner._record_loss(rec[1:], y)]
 
     # -- fitted attributes --------------------------------------------------------------------
     @property
@@ -354,36 +392,6 @@ class BOCDRegressor(RegressorMixin, PredictingRegressorMixin, _BOCDMeta):
         self._run(X, y, sample_weight, first=not hasattr(self, "runlength_state_"))
         return self
 
-    def prequential_fit_predict(self, X, y, *, return_std=False, method="predict", sample_weight=None,
-                                classes=None):
-        """Fit from the prior and return every row's one-step-ahead prediction by the mixture,
-        made before the row is learned.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
-        return_std : bool, default=False
-        method : {'predict'}, default='predict'
-        sample_weight : array-like of shape (n_samples,), default=None
-        classes : None
-            Classifiers only.
-
-        Returns
-        -------
-        y_pred : ndarray, or ``(y_pred, y_std)`` with ``return_std``
-        """
-        if method != "predict":
-            raise ValueError(f"method must be 'predict' for a regressor, got {method!r}.")
-        rec = self._run(X, y, sample_weight, first=True, prequential=True)
-        inner = self._inner
-        C = inner.n_outputs_
-        mean = inner._shape_output(to_numpy(rec[:, :C]))
-        if not return_std:
-            return mean
-        std = inner._shape_output(to_numpy((rec[:, C:2 * C] + rec[:, 2 * C:]).clamp_min(0).sqrt()))
-        return mean, std
-
 
 class BOCDClassifier(ClassifierMixin, PredictingClassifierMixin, _BOCDMeta):
     """Classification on non-stationary streams: a skfilter classifier as a run-length mixture.
@@ -441,36 +449,6 @@ class BOCDClassifier(ClassifierMixin, PredictingClassifierMixin, _BOCDMeta):
             raise ValueError("classes must be passed on the first call to partial_fit.")
         self._run(X, y, sample_weight, first=first, classes=classes)
         return self
-
-    def prequential_fit_predict(self, X, y, *, return_std=False, method="predict", sample_weight=None,
-                                classes=None):
-        """Fit from the prior and return every row's one-step-ahead prediction by the mixture
-        (labels, probabilities or log-probabilities), made before the row is learned.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,)
-        return_std : False
-        method : {'predict', 'predict_proba', 'predict_log_proba'}, default='predict'
-        sample_weight : array-like of shape (n_samples,), default=None
-        classes : array-like of shape (n_classes,), default=None
-
-        Returns
-        -------
-        pred : ndarray of shape (n_samples,) or (n_samples, n_classes)
-        """
-        if return_std:
-            raise ValueError("return_std is only available for regressors.")
-        if method not in ("predict", "predict_proba", "predict_log_proba"):
-            raise ValueError(f"method must be 'predict', 'predict_proba' or 'predict_log_proba', got {method!r}.")
-        proba = to_numpy(self._run(X, y, sample_weight, first=True, classes=classes, prequential=True))
-        if method == "predict_proba":
-            return proba
-        if method == "predict_log_proba":
-            with np.errstate(divide="ignore"):
-                return np.log(proba)
-        return self.classes_[np.argmax(proba, axis=1)]
 
 
 for _cls, _kind, _default in ((BOCDRegressor, "regressor", "``LoFiRegressor()``"),

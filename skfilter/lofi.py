@@ -71,7 +71,7 @@ class LoFiRegressor(_LoFiStructure, FilterRegressorMixin, BaseFilter):
     module : torch.nn.Module class or instance, default=None
         The network ``h(θ, x)``. ``None``: the default MLP (``hidden_layer_sizes``, ``activation``;
         LeCun-normal weights, zero biases); with ``prior_variance='auto'`` it standardises its inputs
-        by the mean and standard deviation of the rows of the first ``fit``/``partial_fit`` call,
+        by the mean and standard deviation of the stream's first ``n_prior_rows`` rows,
         frozen for the life of the model (:class:`~skfilter.models.StandardizedMLP`; ``module_``
         takes raw inputs). A class is instantiated with the ``module__<name>`` keyword arguments (its
         random initialisation seeded by ``random_state``); an instance is copied and its current
@@ -93,19 +93,24 @@ class LoFiRegressor(_LoFiStructure, FilterRegressorMixin, BaseFilter):
         Spherical only: variance-preserving dynamics ``q = (1 − γ²) · prior_variance`` (F.2).
     prior_variance : 'auto' or float, default='auto'
         Prior covariance of the weights. ``'auto'`` (:mod:`skfilter.priors`), made for raw,
-        unscaled data: the default MLP standardises its inputs by the first call's rows (see
+        unscaled data: the default MLP standardises its inputs by the stream's first rows (see
         ``module``), each weight's prior variance is its initialisation variance ``1/fan_in``
-        (biases 1), and the output layer is scaled to the spread of the first call's targets, its
+        (biases 1), and the output layer is scaled to the spread of the stream's first targets, its
         bias centred on them (Gaussian likelihood; :func:`~skfilter.priors.target_scale`), so that
         the prior predictive has the targets' location and scale. A user ``module`` gets
         ``1/fan_in`` per weight matrix, 1 for the other parameters, and no data scaling. A float:
         ``prior_variance · I`` around the initial weights, inputs and targets used as given (the
         papers' parametrisation; standardise features and targets then).
+    n_prior_rows : int, default=50
+        How many of the stream's first rows set the data-scaled parts of ``'auto'`` (input scaling,
+        targets' centre and scale, first noise estimate), however the rows arrive: until then every
+        call sets them again from all rows so far and learns those rows again; then they are fixed
+        (:mod:`skfilter.stream_start`). Unused when nothing is scaled to data.
     obs_variance : {'auto', 'robust', 'adaptive'}, float or array of shape (n_outputs,), default='auto'
         Observation-noise variance ``r`` of the Gaussian likelihood, in the targets' units squared.
         ``'auto'``: the online estimate of the LoFi paper's App. C.2 from the one-step-ahead
         residuals, forgetting with an exponential window of about 50 rows (``ε_min = 0.02``) and
-        started at the squared scale of the first call's targets, counted as 10 pseudo-rows, so that
+        started at the squared scale of the stream's first targets, counted as 10 pseudo-rows, so that
         the ±2σ band follows the current error; ``'robust'``: the same estimate made outlier-robust
         (WoLF's robust EWMA on the variance level: a residual far larger than the current estimate
         explains moves it less; meant for :class:`~skfilter.WoLFRegressor`'s weights — alone it keeps
@@ -198,7 +203,8 @@ class LoFiRegressor(_LoFiStructure, FilterRegressorMixin, BaseFilter):
 
     def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, rank=10,
                  variant="diagonal", inflation=None, inflation_factor=0.0, svd="full", steady_state=False,
-                 prior_variance="auto", obs_variance="auto", likelihood="gaussian", process_noise=0.0, decay=1.0,
+                 prior_variance="auto",
+                 n_prior_rows=50, obs_variance="auto", likelihood="gaussian", process_noise=0.0, decay=1.0,
                  n_epochs=1, shuffle=False, batch_size=1, predictive="linearized", n_mc_samples=100,
                  random_state=None, device="cpu", dtype=None, verbose=0, warm_start=False, **module_kwargs):
         self._store_init_params(locals())
@@ -222,7 +228,7 @@ class LoFiClassifier(_LoFiStructure, LikelihoodParameterMixin, FilterClassifierM
     module : torch.nn.Module class or instance, default=None
         The network ``h(θ, x)``. ``None``: the default MLP (``hidden_layer_sizes``, ``activation``;
         LeCun-normal weights, zero biases); with ``prior_variance='auto'`` it standardises its inputs
-        by the mean and standard deviation of the rows of the first ``fit``/``partial_fit`` call,
+        by the mean and standard deviation of the stream's first ``n_prior_rows`` rows,
         frozen for the life of the model (:class:`~skfilter.models.StandardizedMLP`; ``module_``
         takes raw inputs). A class is instantiated with the ``module__<name>`` keyword arguments (its
         random initialisation seeded by ``random_state``); an instance is copied and its current
@@ -244,13 +250,18 @@ class LoFiClassifier(_LoFiStructure, LikelihoodParameterMixin, FilterClassifierM
         Spherical only: variance-preserving dynamics ``q = (1 − γ²) · prior_variance`` (F.2).
     prior_variance : 'auto' or float, default='auto'
         Prior covariance of the weights. ``'auto'`` (:mod:`skfilter.priors`), made for raw,
-        unscaled features: the default MLP standardises its inputs by the first call's rows (see
+        unscaled features: the default MLP standardises its inputs by the stream's first rows (see
         ``module``) and each weight's prior variance is three times its initialisation variance
         ``1/fan_in`` (biases 3), so that the logits have prior standard deviation about √3 (unit
         variance left one-pass classifiers under-confident). A user ``module`` gets ``3/fan_in`` per
         weight matrix, 3 for the other parameters, and no data scaling. A float:
         ``prior_variance · I`` around the initial weights, inputs used as given (the papers'
         parametrisation; standardise the features then).
+    n_prior_rows : int, default=50
+        How many of the stream's first rows set the data-scaled parts of ``'auto'`` (input scaling,
+        targets' centre and scale, first noise estimate), however the rows arrive: until then every
+        call sets them again from all rows so far and learns those rows again; then they are fixed
+        (:mod:`skfilter.stream_start`). Unused when nothing is scaled to data.
     likelihood : {'categorical', 'moment-matched'}, default='categorical'
         ``'categorical'``: Bernoulli on one logit (two classes), categorical otherwise, with the exact
         logit-space update; ``'moment-matched'``: the Gaussian on the class probabilities with
@@ -337,7 +348,7 @@ class LoFiClassifier(_LoFiStructure, LikelihoodParameterMixin, FilterClassifierM
 
     def __init__(self, hidden_layer_sizes=(100,), activation="relu", *, module=None, rank=10,
                  variant="diagonal", inflation=None, inflation_factor=0.0, svd="full", steady_state=False,
-                 prior_variance="auto", likelihood="categorical",
+                 prior_variance="auto", n_prior_rows=50, likelihood="categorical",
                  moment_matched_jitter=0.01, process_noise=0.0, decay=1.0, n_epochs=1, shuffle=False, batch_size=1,
                  predictive="probit", n_mc_samples=100, random_state=None, device="cpu", dtype=None,
                  verbose=0, warm_start=False, **module_kwargs):

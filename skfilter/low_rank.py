@@ -154,7 +154,7 @@ _NETWORK_DOC = """\
         Hidden non-linearity of the default MLP.
     module : torch.nn.Module class or instance, default=None
         The network ``h(θ, x)``. ``None``: the default MLP (LeCun-normal weights, zero biases), which
-        with ``prior_variance='auto'`` standardises its inputs by the first call's rows
+        with ``prior_variance='auto'`` standardises its inputs by the stream's first rows
         (:class:`~skfilter.models.StandardizedMLP`). A class is instantiated with the
         ``module__<name>`` keyword arguments (seeded by ``random_state``); an instance is copied and
         its weights are the prior mean. A module of yours gets no input scaling."""
@@ -207,10 +207,15 @@ _PRIOR_DOC = {
     "regressor": """\
     prior_variance : 'auto' or float, default='auto'
         Prior covariance of the weights. ``'auto'`` (:mod:`skfilter.priors`): inputs standardised
-        by the first call's rows (default MLP), each weight's variance its initialisation variance
-        ``1/fan_in`` (biases 1), the output layer scaled to the spread of the first call's targets.
+        by the stream's first rows (default MLP), each weight's variance its initialisation variance
+        ``1/fan_in`` (biases 1), the output layer scaled to the spread of the stream's first targets.
         A float: ``prior_variance · I`` around the initial weights (standardise the data then).
         A low-rank block keeps the part of this prior its ``init`` represents.
+    n_prior_rows : int, default=50
+        How many of the stream's first rows set the data-scaled parts of ``'auto'`` (input scaling,
+        targets' centre and scale, first noise estimate), however the rows arrive: until then every
+        call sets them again from all rows so far and learns those rows again; then they are fixed
+        (:mod:`skfilter.stream_start`). Unused when nothing is scaled to data.
     obs_variance : {'auto', 'robust', 'adaptive'}, float or array of shape (n_outputs,), default='auto'
         Observation-noise variance ``R`` of the Gaussian likelihood: the online estimate from the
         one-step-ahead residuals (``'auto'``, as :class:`~skfilter.LoFiRegressor`), its
@@ -220,10 +225,15 @@ _PRIOR_DOC = {
     "classifier": """\
     prior_variance : 'auto' or float, default='auto'
         Prior covariance of the weights. ``'auto'`` (:mod:`skfilter.priors`): inputs standardised
-        by the first call's rows (default MLP), each weight's variance three times its
+        by the stream's first rows (default MLP), each weight's variance three times its
         initialisation variance ``1/fan_in`` (biases 3). A float: ``prior_variance · I`` around the
         initial weights (standardise the features then). A low-rank block keeps the part of this
         prior its ``init`` represents.
+    n_prior_rows : int, default=50
+        How many of the stream's first rows set the data-scaled parts of ``'auto'`` (input scaling,
+        targets' centre and scale, first noise estimate), however the rows arrive: until then every
+        call sets them again from all rows so far and learns those rows again; then they are fixed
+        (:mod:`skfilter.stream_start`). Unused when nothing is scaled to data.
     likelihood : {'categorical', 'moment-matched'}, default='categorical'
         ``'categorical'``: Bernoulli on one logit (two classes), categorical otherwise, with the exact
         logit-space update; ``'moment-matched'``: the Gaussian on the class probabilities with
@@ -287,7 +297,8 @@ class LRKFRegressor(_LRKF, FilterRegressorMixin, BaseFilter):
     ((2,), True)""")
 
     def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, rank=50, init="random",
-                 prior_variance="auto", obs_variance="auto", likelihood="gaussian", process_noise=1e-3, decay=1.0,
+                 prior_variance="auto",
+                 n_prior_rows=50, obs_variance="auto", likelihood="gaussian", process_noise=1e-3, decay=1.0,
                  n_epochs=1, shuffle=False, batch_size=1, predictive="linearized", n_mc_samples=100,
                  random_state=None, device="cpu", dtype=None, verbose=0, warm_start=False, **module_kwargs):
         self._store_init_params(locals())
@@ -312,7 +323,8 @@ class LRKFClassifier(_LRKF, LikelihoodParameterMixin, FilterClassifierMixin, Bas
     array([1, 0])""")
 
     def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, rank=50, init="random",
-                 prior_variance="auto", likelihood="categorical", moment_matched_jitter=0.01, process_noise=1e-2,
+                 prior_variance="auto",
+                 n_prior_rows=50, likelihood="categorical", moment_matched_jitter=0.01, process_noise=1e-2,
                  decay=1.0, n_epochs=1, shuffle=False, batch_size=1, predictive="probit", n_mc_samples=100,
                  random_state=None, device="cpu", dtype=None, verbose=0, warm_start=False, **module_kwargs):
         self._store_init_params(locals())
@@ -340,7 +352,8 @@ class HiLoFiRegressor(_HiLoFi, FilterRegressorMixin, BaseFilter):
     [(10, 80), (21, 21)]""")
 
     def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, hidden_rank=50, init="random",
-                 exact_process_noise=False, last_layer=None, prior_variance="auto", obs_variance="auto",
+                 exact_process_noise=False, last_layer=None, prior_variance="auto",
+                 n_prior_rows=50, obs_variance="auto",
                  likelihood="gaussian", process_noise=1e-3, last_process_noise=None, decay=1.0, n_epochs=1,
                  shuffle=False, batch_size=1, predictive="linearized", n_mc_samples=100, random_state=None,
                  device="cpu", dtype=None, verbose=0, warm_start=False, **module_kwargs):
@@ -368,7 +381,8 @@ class HiLoFiClassifier(_HiLoFi, LikelihoodParameterMixin, FilterClassifierMixin,
     array([1, 0])""")
 
     def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, hidden_rank=50, init="random",
-                 exact_process_noise=False, last_layer=None, prior_variance="auto", likelihood="categorical",
+                 exact_process_noise=False, last_layer=None, prior_variance="auto",
+                 n_prior_rows=50, likelihood="categorical",
                  moment_matched_jitter=0.01, process_noise=1e-2, last_process_noise=None, decay=1.0, n_epochs=1,
                  shuffle=False, batch_size=1, predictive="probit", n_mc_samples=100, random_state=None,
                  device="cpu", dtype=None, verbose=0, warm_start=False, **module_kwargs):
@@ -396,7 +410,8 @@ class LoLoFiRegressor(_LoLoFi, FilterRegressorMixin, BaseFilter):
     [(10, 80), (5, 21)]""")
 
     def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, hidden_rank=50, last_rank=50,
-                 init="random", last_layer=None, prior_variance="auto", obs_variance="auto", likelihood="gaussian",
+                 init="random", last_layer=None, prior_variance="auto",
+                 n_prior_rows=50, obs_variance="auto", likelihood="gaussian",
                  process_noise=1e-3, last_process_noise=None, decay=1.0, n_epochs=1, shuffle=False, batch_size=1,
                  predictive="linearized", n_mc_samples=100, random_state=None, device="cpu", dtype=None, verbose=0,
                  warm_start=False, **module_kwargs):
@@ -422,7 +437,7 @@ class LoLoFiClassifier(_LoLoFi, LikelihoodParameterMixin, FilterClassifierMixin,
     array([1, 0])""")
 
     def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, hidden_rank=50, last_rank=50,
-                 init="random", last_layer=None, prior_variance="auto", likelihood="categorical",
+                 init="random", last_layer=None, prior_variance="auto", n_prior_rows=50, likelihood="categorical",
                  moment_matched_jitter=0.01, process_noise=1e-2, last_process_noise=None, decay=1.0, n_epochs=1,
                  shuffle=False, batch_size=1, predictive="probit", n_mc_samples=100, random_state=None,
                  device="cpu", dtype=None, verbose=0, warm_start=False, **module_kwargs):

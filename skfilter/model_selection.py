@@ -28,9 +28,18 @@ def prequential_predict(estimator, X, y, *, return_std=False, method="predict", 
     """One-step-ahead predictions over a stream, each made before its row is learned.
 
     The estimator is fitted in place from its prior on ``(X, y)`` in row order, one pass, as
-    :meth:`fit` with ``n_epochs=1`` would; the prediction of row ``t`` uses the belief after rows
-    ``0..t−1`` and the dynamics of step ``t`` (the predicted belief), and is computed inside the
-    filter loop from the Jacobians the update uses, with the estimator's ``predictive``.
+    :meth:`fit` with ``n_epochs=1`` would, and **the prediction of row** ``t`` **uses rows**
+    ``0..t−1`` **only**: changing any row from ``t`` on leaves predictions ``0..t−1`` as they were.
+    With a prior that uses no data, every prediction is computed inside the filter loop from the
+    belief after rows ``0..t−1`` and the dynamics of step ``t`` (the predicted belief), from the
+    Jacobians the update uses, with the estimator's ``predictive``. A data-scaled ``'auto'`` prior
+    is set from the stream's first ``n_prior_rows`` rows (:mod:`skfilter.stream_start`): row 0,
+    which no data precede, gets ``nan`` (regressors) or uniform probabilities (classifiers); each
+    row ``t < n_prior_rows`` is predicted from the estimator fitted on rows ``0..t−1`` alone (its
+    prior set from them), as a loop of ``predict`` and ``partial_fit`` would; the rows from
+    ``n_prior_rows`` on, once the prior is fixed, inside the filter loop. (Before issue 29 the prior
+    was scaled by the statistics of the whole stream passed here, so earlier figures were not
+    strictly one-step-ahead.)
 
     Parameters
     ----------
@@ -47,10 +56,10 @@ def prequential_predict(estimator, X, y, *, return_std=False, method="predict", 
         estimator with a prior that uses no data (numeric ``prior_variance`` and, for regressors,
         ``obs_variance``), row 0 is predicted from that prior, its features transformed with the
         statistics of row 0 alone (its target is not used); otherwise (``'auto'`` priors adopt the
-        scale of the first call's targets, or an estimator that cannot predict before learning)
+        scale of the stream's first targets, or an estimator that cannot predict before learning)
         regressors give ``nan`` for row 0 and classifiers uniform probabilities. A pipeline of
-        stateless transformers (``FunctionTransformer``) before such a data-free-prior skfilter
-        estimator runs as one block through the filter loop; otherwise the rows are predicted and
+        stateless transformers (``FunctionTransformer``) before a skfilter estimator runs as one
+        block through the estimator's own prequential pass; otherwise the rows are predicted and
         learned one at a time. Left fitted on the whole stream.
     X : array-like of shape (n_samples, n_features)
     y : array-like of shape (n_samples,) or (n_samples, n_outputs)
@@ -102,7 +111,7 @@ def _reset_in_place(est):
 
 def _data_free_prior(est):
     """True if the skfilter estimator's prior and noise use no data: no ``'auto'``-style (string)
-    ``prior_variance``/``obs_variance``, which are set from the first call's rows and targets."""
+    ``prior_variance``/``obs_variance``, which are set from the stream's first rows and targets."""
     params = est.get_params()
     return not any(isinstance(v, str) for k, v in params.items()
                    if k.split("__")[-1] in ("prior_variance", "obs_variance"))
@@ -159,9 +168,10 @@ def _prequential_partial(estimator, X, y, *, return_std, method, sample_weight, 
 
     # a skfilter final estimator whose prior uses no data can predict row 0 from its prior
     prior_ok = hasattr(final, "prequential_fit_predict") and _data_free_prior(final)
-    # fast path: stateless transformers only and such an estimator: transform all rows, then the
-    # filter's own prequential loop (the same rows a row-by-row partial_fit would feed it)
-    if pipe and prior_ok and all(
+    # fast path: stateless transformers only and a skfilter estimator: transform all rows, then the
+    # filter's own prequential loop (the same rows a row-by-row partial_fit would feed it; a
+    # data-scaled prior is set there from the rows before each prediction, skfilter.stream_start)
+    if pipe and hasattr(final, "prequential_fit_predict") and all(
             _is_passthrough(s) or (not hasattr(s, "partial_fit") and _is_stateless(s))
             for _, s in estimator.steps[:-1]):
         Xt = estimator._partial_transform(X, y)

@@ -28,9 +28,11 @@ the coupled fixed point of Theorem 5.3, whose solution is the joint EKF mean upd
 ``'decoupled'`` is the original PULSE of Cartea et al. 2023). With a zero-dimensional effect of the
 hidden block (``P_z = 0``) it is Bayesian linear regression on the last layer.
 
-**Warm-up** (``warmup``): a fraction of the first ``fit``/``partial_fit`` call's rows (default), a
-number of them (rows of zero ``sample_weight`` left out; the warm-up does not weight the others), separate
-data ``(X_warmup, y_warmup)``, or a fitted
+**Warm-up** (``warmup``): the stream's first ``warmup`` rows (default 200), however they arrive —
+they are kept with the rows that fix the ``'auto'`` prior, one mechanism (:mod:`skfilter.stream_start`):
+until they have all arrived each call warms up again on all rows so far and learns them again —, a
+fraction of the first ``fit``/``partial_fit`` call's rows (rows of zero ``sample_weight`` left out; the
+warm-up does not weight the others), separate data ``(X_warmup, y_warmup)``, or a fitted
 :class:`~skfilter.warmup.SubspaceWarmup` (reused as is: its network, ``A`` and ``θ*``; one warm-up
 with ``d`` components serves every ``n_components ≤ d``). ``warmup__<name>`` parameters set the
 internal warm-up (``warmup__n_epochs=50``, ``warmup__learning_rate=1e-3``, …). The filter then
@@ -111,7 +113,37 @@ class _SubspaceModel:
                              "SubspaceWarmup given as warmup.")
         return {}
 
-    # -- the warm-up -----------------------------------------------------------------------------
+    # -- the warm-up: the stream's first rows (skfilter.stream_start) ------------------------------
+    def _warmup_from_stream(self) -> bool:
+        """Whether the warm-up learns from the stream's own first rows (a count or a fraction)."""
+        return not isinstance(self.warmup, (tuple, SubspaceWarmup))
+
+    def _scaled_by_data(self, cfg) -> bool:
+        """The ``'auto'`` prior, or a warm-up on the stream's first rows."""
+        return super()._scaled_by_data(cfg) or self._warmup_from_stream()
+
+    def _warmup_count(self):
+        """The rows of the stream the warm-up learns from: ``warmup`` rows (an integer), or the
+        fraction ``warmup`` of the first call's rows (fixed by that call); None for separate data."""
+        if not self._warmup_from_stream():
+            return None
+        if isinstance(self.warmup, Integral):
+            return int(self.warmup)
+        return self.__dict__.get("_warmup_rows_of_stream")
+
+    def _prior_rows_limit(self, cfg):
+        """The rows kept at the start of the stream: those of the prior and of the warm-up (one
+        mechanism, :mod:`skfilter.stream_start`: until the warm-up's rows have all arrived, each call
+        warms up again on all rows so far and learns them again)."""
+        limit = super()._prior_rows_limit(cfg)
+        count = self._warmup_count()
+        return limit if count is None else max(limit or 0, count)
+
+    def _start_stream(self, X, Y, w, cfg):
+        if self._warmup_from_stream() and not isinstance(self.warmup, Integral):  # a fraction of this call
+            self._warmup_rows_of_stream = max(1, int(math.ceil(float(self.warmup) * X.shape[0])))
+        super()._start_stream(X, Y, w, cfg)
+
     def _warmup_loss(self):
         """The warm-up's negative log-likelihood, the filter's likelihood's (one logit: binary)."""
         if isinstance(self._likelihood, Poisson):
@@ -121,8 +153,9 @@ class _SubspaceModel:
         return "binary-cross-entropy" if self._network_outputs == 1 else "cross-entropy"
 
     def _warmup_rows(self, X, Y, weights=None):
-        """The warm-up data: rows of the first call (``warmup`` a fraction or a count; rows of zero
-        sample weight left out, as the filter's update leaves them) or separate data."""
+        """The warm-up data: the stream's first rows ``X`` (as many as the warm-up takes, or all so
+        far while fewer have arrived; rows of zero sample weight left out, as the filter's update
+        leaves them) or separate data."""
         w = self.warmup
         if isinstance(w, tuple):
             Xw, yw = _check_warmup_data(w)
@@ -130,16 +163,7 @@ class _SubspaceModel:
             if Xw.shape[1] != X.shape[1]:
                 raise ValueError(f"X_warmup has {Xw.shape[1]} features but X has {X.shape[1]}.")
             return Xw, self._warmup_targets(yw)
-        n = X.shape[0]
-        if isinstance(w, Integral):
-            if int(w) > n:
-                raise ValueError(
-                    f"warmup={int(w)} needs the first fit/partial_fit call to hold at least {int(w)} rows; it has "
-                    f"{n}. Pass more rows first, a fraction (warmup=0.25), separate data "
-                    "(warmup=(X_warmup, y_warmup)) or a fitted SubspaceWarmup.")
-            k = int(w)
-        else:
-            k = max(1, int(math.ceil(float(w) * n)))
+        k = min(X.shape[0], self._warmup_count() or X.shape[0])
         rows = slice(0, k)
         if weights is not None and np.any(np.asarray(weights[:k]) > 0):
             rows = np.flatnonzero(np.asarray(weights[:k]) > 0)
@@ -195,10 +219,11 @@ class _SubspaceModel:
                                  f"{warm.components_.shape[1]} components: lower n_components or refit the warm-up.")
             return warm, base
         Xw, Yw = self._warmup_rows(X, Y, weights)
-        if len(Xw) < _FEW_WARMUP_ROWS:
+        count = self._warmup_count()
+        if count is not None and count < _FEW_WARMUP_ROWS:  # fewer rows so far are learned again later
             warnings.warn(
-                f"{type(self).__name__}'s warm-up learns from only {len(Xw)} row(s); its subspace (A, θ*) is fixed "
-                "for the life of the model. Pass more rows to the first fit/partial_fit call, separate data "
+                f"{type(self).__name__}'s warm-up learns from only {count} row(s); its subspace (A, θ*) is fixed "
+                "for the life of the model. Warm up on more rows (warmup=200), separate data "
                 "(warmup=(X_warmup, y_warmup)), or a fitted skfilter.warmup.SubspaceWarmup.", UserWarning,
                 stacklevel=6)
         names = self._projected_names(base)
@@ -328,10 +353,11 @@ _SUBSPACE_DOC = {
     n_components : int, default=20
         ``d``, the dimension of the subspace ``θ = A z + θ*`` the filter learns in (at most the
         number of iterates the warm-up stores: ``warmup__n_epochs`` with its default storage).
-    warmup : float, int, (X_warmup, y_warmup) or fitted SubspaceWarmup, default=0.5
-        The warm-up that fixes ``A`` and ``θ*`` (module docstring): a fraction or a number of the
-        first call's rows, separate data, or a fitted :class:`~skfilter.warmup.SubspaceWarmup`
-        (its network, ``A`` and ``θ*`` are used; ``module`` is then ignored).
+    warmup : int, float, (X_warmup, y_warmup) or fitted SubspaceWarmup, default=200
+        The warm-up that fixes ``A`` and ``θ*`` (module docstring): the stream's first ``warmup``
+        rows however they arrive (until they have all arrived, each call warms up again on all rows
+        so far), a fraction of the first call's rows, separate data, or a fitted
+        :class:`~skfilter.warmup.SubspaceWarmup` (its network, ``A`` and ``θ*``; ``module`` ignored).
     covariance : {'full', 'vd', 'fd', 'lofi'}, default='full'
         The belief over ``z``: dense ``d × d`` (thesis), diagonal by precision (``'vd'``) or variance
         (``'fd'``) matching, or LoFi's diagonal-plus-low-rank precision of rank ``rank`` for large ``d``.
@@ -340,9 +366,10 @@ _SUBSPACE_DOC = {
     "pulse": """\
     n_components : int, default=20
         ``d_hidden``, the dimension of the hidden layers' subspace ``ψ = A z + ψ*``.
-    warmup : float, int, (X_warmup, y_warmup) or fitted SubspaceWarmup, default=0.5
+    warmup : int, float, (X_warmup, y_warmup) or fitted SubspaceWarmup, default=200
         The warm-up that fixes ``A`` and ``ψ*`` and the last layer's prior mean (module docstring):
-        a fraction or a number of the first call's rows, separate data, or a
+        the stream's first ``warmup`` rows however they arrive (each call warms up again on all rows
+        so far until then), a fraction of the first call's rows, separate data, or a
         :class:`~skfilter.warmup.SubspaceWarmup` fitted with ``parameters=`` the hidden layers'
         names (its network is used; ``module`` is then ignored).
     mean_update : {'coupled', 'fixed-point', 'decoupled'}, default='coupled'
@@ -364,8 +391,13 @@ _PRIOR_DOC = {
     prior_variance : 'auto' or float, default='auto'
         Prior variance ``v`` of the weights, carried to ``z`` as the diagonal of ``Aᵀ diag(v) A``
         (module docstring). ``'auto'`` (:mod:`skfilter.priors`): standardised inputs (default
-        MLP), ``1/fan_in`` per weight, the output layer scaled to the first call's targets (also
+        MLP), ``1/fan_in`` per weight, the output layer scaled to the stream's first targets (also
         the warm-up's start). A float ``σ²``: ``Σ_z = σ² I``.
+    n_prior_rows : int, default=50
+        How many of the stream's first rows set the data-scaled parts of ``'auto'`` (input scaling,
+        targets' centre and scale, first noise estimate), however the rows arrive: until then every
+        call sets them again from all rows so far and learns those rows again; then they are fixed
+        (:mod:`skfilter.stream_start`). Unused when nothing is scaled to data.
     obs_variance : {'auto', 'robust', 'adaptive'}, float or array of shape (n_outputs,), default='auto'
         Observation-noise variance ``R`` of the Gaussian likelihood: the online estimate from the
         one-step-ahead residuals (``'auto'``, as :class:`~skfilter.LoFiRegressor`), its
@@ -378,6 +410,11 @@ _PRIOR_DOC = {
         Prior variance ``v`` of the weights, carried to ``z`` as the diagonal of ``Aᵀ diag(v) A``.
         ``'auto'`` (:mod:`skfilter.priors`): standardised inputs (default MLP), three times the
         initialisation variance ``1/fan_in`` per weight. A float ``σ²``: ``Σ_z = σ² I``.
+    n_prior_rows : int, default=50
+        How many of the stream's first rows set the data-scaled parts of ``'auto'`` (input scaling,
+        targets' centre and scale, first noise estimate), however the rows arrive: until then every
+        call sets them again from all rows so far and learns those rows again; then they are fixed
+        (:mod:`skfilter.stream_start`). Unused when nothing is scaled to data.
     likelihood : {'categorical', 'moment-matched'}, default='categorical'
         ``'categorical'``: Bernoulli on one logit (two classes), categorical otherwise;
         ``'moment-matched'``: the Gaussian on the class probabilities with covariance
@@ -436,8 +473,9 @@ class SubspaceRegressor(_Subspace, FilterRegressorMixin, BaseFilter):
     >>> reg.n_params_, reg.warmup_.components_.shape
     (5, torch.Size([101, 5]))""")
 
-    def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, n_components=20, warmup=0.5,
-                 covariance="full", rank=10, prior_variance="auto", obs_variance="auto", likelihood="gaussian",
+    def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, n_components=20, warmup=200,
+                 covariance="full", rank=10, prior_variance="auto",
+                 n_prior_rows=50, obs_variance="auto", likelihood="gaussian",
                  process_noise=0.0, decay=1.0, n_epochs=1, shuffle=False, batch_size=1, predictive="linearized",
                  n_mc_samples=100, random_state=None, device="cpu", dtype=None, verbose=0, warm_start=False,
                  **kwargs):
@@ -462,8 +500,8 @@ class SubspaceClassifier(_Subspace, LikelihoodParameterMixin, FilterClassifierMi
     >>> clf.predict([[2.0, 2.0], [-2.0, -2.0]])
     array([1, 0])""")
 
-    def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, n_components=20, warmup=0.5,
-                 covariance="full", rank=10, prior_variance="auto", likelihood="categorical",
+    def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, n_components=20, warmup=200,
+                 covariance="full", rank=10, prior_variance="auto", n_prior_rows=50, likelihood="categorical",
                  moment_matched_jitter=0.01, process_noise=0.0, decay=1.0, n_epochs=1, shuffle=False, batch_size=1,
                  predictive="probit", n_mc_samples=100, random_state=None, device="cpu", dtype=None, verbose=0,
                  warm_start=False, **kwargs):
@@ -490,8 +528,8 @@ class PULSERegressor(_PULSE, FilterRegressorMixin, BaseFilter):
     >>> reg.n_params_  # d + the last layer's 20 weights and bias
     26""")
 
-    def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, n_components=20, warmup=0.5,
-                 mean_update="coupled", tol=1e-10, max_iter=100, last_layer=None, prior_variance="auto",
+    def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, n_components=20, warmup=200,
+                 mean_update="coupled", tol=1e-10, max_iter=100, last_layer=None, prior_variance="auto", n_prior_rows=50,
                  obs_variance="auto", likelihood="gaussian", process_noise=0.0, last_process_noise=None, decay=1.0,
                  n_epochs=1, shuffle=False, batch_size=1, predictive="linearized", n_mc_samples=100,
                  random_state=None, device="cpu", dtype=None, verbose=0, warm_start=False, **kwargs):
@@ -517,8 +555,8 @@ class PULSEClassifier(_PULSE, LikelihoodParameterMixin, FilterClassifierMixin, B
     >>> clf.predict([[2.0, 2.0], [-2.0, -2.0]])
     array([1, 0])""")
 
-    def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, n_components=20, warmup=0.5,
-                 mean_update="coupled", tol=1e-10, max_iter=100, last_layer=None, prior_variance="auto",
+    def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, n_components=20, warmup=200,
+                 mean_update="coupled", tol=1e-10, max_iter=100, last_layer=None, prior_variance="auto", n_prior_rows=50,
                  likelihood="categorical", moment_matched_jitter=0.01, process_noise=0.0, last_process_noise=None,
                  decay=1.0, n_epochs=1, shuffle=False, batch_size=1, predictive="probit", n_mc_samples=100,
                  random_state=None, device="cpu", dtype=None, verbose=0, warm_start=False, **kwargs):

@@ -91,7 +91,7 @@ class _WoLFMeta(ValidatedParamsMixin, FilterMetaEstimator):
         return base
 
     def _target_scale(self, y, sample_weight, classes=None):
-        """The unit of the ``'auto'`` threshold, from the first call: for regression the
+        """The unit of the ``'auto'`` threshold, from the stream's first rows: for regression the
         root-mean-square robust standard deviation of the targets; for classification
         ``√(K − 1)`` with ``K`` the classes (``classes``, else those in ``y``) — the expected
         ``eᵀ S⁺ e`` of a one-hot residual grows with the ``K − 1`` dimensions of the simplex. 1.0
@@ -114,6 +114,26 @@ class _WoLFMeta(ValidatedParamsMixin, FilterMetaEstimator):
         except (TypeError, ValueError, IndexError):
             return 1.0
         return value if np.isfinite(value) and value > 0 else 1.0
+
+    def _start_targets(self, base, y, sample_weight, first):
+        """The targets (and weights) the ``'auto'`` threshold is scaled to: those of the rows that fix
+        the base filter's prior (:mod:`skfilter.stream_start`) — its first ``n_prior_rows`` rows,
+        the kept ones and this call's — or this call's when its prior uses no data."""
+        limit = base._start_rows() if self._kind == "regressor" else None
+        if limit is None:
+            return y, sample_weight
+        if not first:
+            try:
+                new = np.asarray(y, dtype=np.float64)
+                kept = base._stream_start.rows()
+                y = np.concatenate([kept[1], new.reshape(new.shape[0], -1)])
+                if sample_weight is not None or kept[2] is not None:
+                    w_new = np.ones(new.shape[0]) if sample_weight is None else np.asarray(sample_weight, float)
+                    w_kept = np.ones(kept[1].shape[0]) if kept[2] is None else kept[2]
+                    sample_weight = np.concatenate([w_kept, w_new])
+            except (TypeError, ValueError, IndexError):  # the base's validation says what is wrong
+                return y, sample_weight
+        return y[:limit], None if sample_weight is None else sample_weight[:limit]
 
     def _weighting_function(self, target_scale):
         """The weighting function of the current parameters: a callable or
@@ -153,11 +173,13 @@ class _WoLFMeta(ValidatedParamsMixin, FilterMetaEstimator):
         self._check_params()
         if first:
             base = self._new_base()
-            scale = self._target_scale(y, sample_weight, classes)
+            scale = self._target_scale(*self._start_targets(base, y, sample_weight, first), classes)
         else:
             check_fitted(self, "estimator_", named=True)
             self._check_structure_unchanged()
             base, scale = self.estimator_, self.target_scale_
+            if self._kind == "regressor" and base._prior_pending:  # the stream's first rows are still arriving
+                scale = self._target_scale(*self._start_targets(base, y, sample_weight, first))
         weighting = self._weighting_for(scale)
         previous = getattr(self, "weighting_", None)
         base._set_weighting(weighting)
@@ -186,6 +208,16 @@ class _WoLFMeta(ValidatedParamsMixin, FilterMetaEstimator):
             raise
         self._install(base, scale, weighting)
         return out
+
+    def _learn_rows(self, X, y, sample_weight=None, *, first, classes=None, record=False):
+        kwargs = {} if classes is None else {"classes": classes}
+        return self._run("_fit", X, y, sample_weight, first=first, reset=first, n_epochs=1, record=record,
+                         loss=record, **kwargs)
+
+    def _after_prequential(self, rec, y):
+        if self._start_rows() is not None:
+            inner = self._inner
+            inner.n_iter_, inner.loss_curve_ = 1, [inner._record_loss(rec[1:], y)]
 
     def _install(self, base, scale, weighting):
         self.estimator_ = base
@@ -272,7 +304,7 @@ class WoLFRegressor(RegressorMixin, PredictingRegressorMixin, _WoLFMeta):
     weighting_ : skfilter.weighting.WeightingFunction
         The installed weighting function (its ``threshold`` the one in use).
     target_scale_ : float
-        Standard deviation of the first call's targets (the unit of ``'imq'``'s ``'auto'`` threshold).
+        Standard deviation of the stream's first targets (the unit of ``'imq'``'s ``'auto'`` threshold).
     n_features_in_ : int
     posterior_ : skfilter.posteriors.Posterior
     n_samples_seen_ : int
@@ -339,27 +371,6 @@ class WoLFRegressor(RegressorMixin, PredictingRegressorMixin, _WoLFMeta):
         self._run("partial_fit", X, y, sample_weight, first=not hasattr(self, "estimator_"))
         return self
 
-    def prequential_fit_predict(self, X, y, *, return_std=False, method="predict", sample_weight=None,
-                                classes=None):
-        """Fit from the prior with the robust weighting and return every row's one-step-ahead
-        prediction, made before the row is learned (see the base estimator's method).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
-        return_std : bool, default=False
-        method : {'predict'}, default='predict'
-        sample_weight : array-like of shape (n_samples,), default=None
-        classes : None
-            Classifiers only.
-
-        Returns
-        -------
-        y_pred : ndarray, or a tuple ``(y_pred, y_std)`` with ``return_std``
-        """
-        return self._run("prequential_fit_predict", X, y, sample_weight, first=True, return_std=return_std,
-                         method=method, classes=classes)
 
     @property
     def obs_variance_(self):
@@ -453,26 +464,6 @@ class WoLFClassifier(ClassifierMixin, PredictingClassifierMixin, _WoLFMeta):
         self._run("partial_fit", X, y, sample_weight, first=not hasattr(self, "estimator_"), classes=classes)
         return self
 
-    def prequential_fit_predict(self, X, y, *, return_std=False, method="predict", sample_weight=None,
-                                classes=None):
-        """Fit from the prior with the robust weighting and return every row's one-step-ahead
-        prediction (labels, probabilities or log-probabilities; see the base estimator's method).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,)
-        return_std : False
-        method : {'predict', 'predict_proba', 'predict_log_proba'}, default='predict'
-        sample_weight : array-like of shape (n_samples,), default=None
-        classes : array-like of shape (n_classes,), default=None
-
-        Returns
-        -------
-        pred : ndarray of shape (n_samples,) or (n_samples, n_classes)
-        """
-        return self._run("prequential_fit_predict", X, y, sample_weight, first=True, return_std=return_std,
-                         method=method, classes=classes)
 
 
 _CONVENTIONS_DOC = """warm_start : bool, default=False
@@ -487,7 +478,7 @@ for _cls in (WoLFRegressor, WoLFClassifier):
 
 WoLFRegressor.__doc__ = WoLFRegressor.__doc__.replace(
     "{weighting_doc}", _WEIGHTING_DOC.replace("DEFAULT", "'imq'").replace(
-        "IMQ_AUTO", "the robust standard deviation ``s_y`` of the first call's targets (``c = s_y``)").replace(
+        "IMQ_AUTO", "the robust standard deviation ``s_y`` of the stream's first targets (``c = s_y``)").replace(
         "PMD_AUTO", "``c = 4``"))
 WoLFClassifier.__doc__ = WoLFClassifier.__doc__.replace(
     "{weighting_doc}", _WEIGHTING_DOC.replace("DEFAULT", "'predictive-md'").replace("IMQ_AUTO", "``c = 1``").replace(
