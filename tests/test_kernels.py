@@ -540,3 +540,34 @@ def test_row_by_row_calls_equal_one_call():
     for a, b in zip(held[:5], snapshot):
         assert torch.equal(a, b)
     _assert_same_state(rows, one, rtol=1e-12)
+
+
+def test_later_calls_under_the_auto_prior_stay_compiled():
+    """Issue 29: with ``prior_variance='auto'``, a feature constant in the first call's rows got a
+    prior variance of ~1e31 (rounding residue of its standardisation), so every later step whose rows
+    vary in it was stiff and handed back to the torch engine (~215 of 300 steps, 20x slower). Later
+    calls now stay on the kernel (no hand-back), equal to the torch engine's."""
+    from skfilter import kernels
+
+    X, y = _regression(300, d=4)
+    X[:20, 2] = -0.8471439  # constant in the first call, not exactly representable as a mean
+    make = lambda: LoFiRegressor(hidden_layer_sizes=(8,), rank=3, random_state=0)  # noqa: E731
+    with compiled_kernels(False):
+        ref = make().partial_fit(X[:20], y[:20])
+        ref.partial_fit(X[20:], y[20:])
+    est = make().partial_fit(X[:20], y[:20])
+    before = kernels.handed_back()
+    est.partial_fit(X[20:], y[20:])
+    assert kernels.handed_back() == before
+    _assert_same_state(est, ref)
+    _assert_same_predictions(est, ref, X[:7])
+
+
+def test_hand_backs_are_counted():
+    from skfilter import kernels
+
+    X, y = _regression(60)
+    X[30] = 1e7  # a stiff row (test_stiff_row_is_handed_to_the_torch_engine)
+    before = kernels.handed_back()
+    LoFiRegressor(hidden_layer_sizes=(5,), rank=3, obs_variance=0.01, prior_variance=1.0, random_state=0).fit(X, y)
+    assert kernels.handed_back() > before

@@ -44,6 +44,10 @@ FULL_KERNEL_MAX_PARAMS = 1500
 LOFI_KERNEL_MAX_PARAMS = 100_000
 
 
+#: steps the kernels handed to the torch engine in this process (:func:`skfilter.kernels.handed_back`):
+#: a count the tests and benchmarks read to see that a stream stays compiled, not a timing
+HANDED_BACK = [0]
+
 #: adapter → (MLP program, input map): the kernels' view of a default MLP, built once per adapter
 _PROGRAMS = weakref.WeakKeyDictionary()
 #: adapter → (key, plan): the last plan built for an adapter's filter (its buffers are per call)
@@ -294,6 +298,7 @@ class KernelPlan(abc.ABC):
         stacks = self.stack(belief, np_dtype)
         _, status = self.call_hypotheses(Xn, Yn, w, has_w, nb, stacks, common)
         if status != DONE:
+            HANDED_BACK[0] += 1
             return None
         noise = state.noise
         if isinstance(self.likelihood, Gaussian) and self.likelihood.adaptive:
@@ -360,6 +365,7 @@ class KernelPlan(abc.ABC):
                     slot = 0
                 state = FilterState(self.belief(slot, belief, n_steps, final), noise_state, n_seen)
                 if status != DONE:  # the torch engine does this step (safe forms, or raises)
+                    HANDED_BACK[0] += 1
                     nb = min(batch_size, n - row)
                     wb = None if sample_weight is None else sample_weight[row:row + nb]
                     state, output = filter_step(parts, state, X[row:row + nb], Y[row:row + nb], wb, record)
