@@ -45,19 +45,11 @@ except ImportError:  # pragma: no cover - exercised only without numba
 _state = threading.local()
 
 
-#: ``(raw value, parsed flag)`` of ``SKFILTER_COMPILED`` last read (parsed again only when it changes)
-_ENV = [None, True]
-
-
 def enabled() -> bool:
     """Whether compiled kernels are used (numba importable, not switched off)."""
     flag = getattr(_state, "enabled", None)
     if flag is None:
-        raw = os.environ.get("SKFILTER_COMPILED")
-        if raw != _ENV[0]:
-            _ENV[1] = raw is None or raw.strip().lower() not in ("0", "false", "no", "off")
-            _ENV[0] = raw
-        flag = _ENV[1]
+        flag = os.environ.get("SKFILTER_COMPILED", "1").strip().lower() not in ("0", "false", "no", "off")
     return AVAILABLE and flag
 
 
