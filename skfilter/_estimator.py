@@ -340,7 +340,7 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
         if known is None:
             return None
         state, rows, biggest = known
-        if state is self.filter_state_ and rows.shape == X.shape and np.array_equal(rows, X):
+        if state is self.filter_state_ and rows.shape == X.shape and bool((rows == X).all()):
             return biggest
         return None
 

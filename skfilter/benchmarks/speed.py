@@ -950,14 +950,15 @@ def notes(results, settings, env) -> list:
         first, later, first_c, later_c = (by_name[n] for n in CALL_ROWS[:4])
         lines.append(f"Later calls, default parameters (LoFiRegressor((50,), rank=10), prior_variance='auto'): "
                      f"{later['value']:.0f} µs/row against {first['value']:.0f} in the first call "
-                     f"({later['ratio']:.2f}×; {later.get('handed_back')} steps handed to the torch engine per call); "
-                     f"after a first call of {first_c['n_rows']} rows with a constant feature, {later_c['value']:.0f} "
-                     f"µs/row ({later_c['ratio']:.2f}× the later call above; {later_c.get('handed_back')} handed back).")
+                     f"({later['ratio']:.2f}×; {later.get('handed_back')} steps handed to the torch engine per "
+                     f"call); after a first call of {first_c['n_rows']} rows with a constant feature, "
+                     f"{later_c['value']:.0f} µs/row ({later_c['ratio']:.2f}× the later call above; "
+                     f"{later_c.get('handed_back')} handed back).")
         for name, (ref, target) in CALL_TARGETS.items():
             r = by_name.get(name)
             if r is not None and r.get("ratio") is not None:
-                lines.append(f"{name}: {r['value']:.0f} µs/row = {r['ratio']:.2f}× {ref} ({by_name[ref]['value']:.0f}); "
-                             f"target ≤ {target}×: {r['meets_ratio']}.")
+                lines.append(f"{name}: {r['value']:.0f} µs/row = {r['ratio']:.2f}× {ref} "
+                             f"({by_name[ref]['value']:.0f}); target ≤ {target}×: {r['meets_ratio']}.")
     if "MLPClassifier.fit" in by_name and "LoFiClassifier.fit" in by_name:
         d, m = by_name["LoFiClassifier.fit"], by_name["MLPClassifier.fit"]
         lines.append(f"Digits ({d['n_rows']} rows): LoFiClassifier().fit {d['value']:.2f} s (P = {d['n_params']:,}, "
