@@ -605,3 +605,22 @@ def test_wrappers_check_their_structure_without_a_snapshot_while_nothing_changed
     est.estimator.set_params(rank=3)  # a change is still seen
     with pytest.raises(ValueError, match="changed since the stream was started"):
         est.partial_fit(X[15][None], y[15:16])
+
+
+def test_river_bridge_bad_rows_raise_the_full_paths_error_and_change_nothing():
+    river = pytest.importorskip("river.compat")
+    X, y = _regression()
+    model = river.convert_sklearn_to_river(LoFiRegressor(hidden_layer_sizes=(6,), rank=2, random_state=0))
+    names = [f"x{j}" for j in range(X.shape[1])]
+    for i in range(12):
+        model.predict_one(dict(zip(names, X[i])))
+        model.learn_one(dict(zip(names, X[i])), y[i])
+    est = model.estimator
+    for bad, target in (([np.nan, 0.0, 1.0], 0.5), ([np.inf, 0.0, 1.0], 0.5), ([1e200, 0.0, 1.0], 0.5),
+                        (list(X[12]), np.nan), (list(X[12]), None)):
+        x = dict(zip(names, bad))
+        with full_paths():
+            want = _error(lambda: copy.deepcopy(est).partial_fit([list(x.values())], [target]))
+        before = snapshot(est)
+        assert want is not None and _error(lambda: model.learn_one(x, target)) == want
+        assert_unchanged(before, est)
