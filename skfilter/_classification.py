@@ -10,7 +10,7 @@ from sklearn.base import ClassifierMixin
 from sklearn.utils._param_validation import Interval, StrOptions, validate_params
 
 from ._sampling import SAMPLING_METHODS, PredictiveSamplingMixin
-from ._utils import to_numpy
+from ._utils import memo_for, to_numpy
 from ._validation import ProbabilisticClassifierMixin, check_class_module_outputs, encode_class_labels
 from .likelihoods import Bernoulli, Categorical, MomentMatchedCategorical, probit_probabilities
 
@@ -83,11 +83,31 @@ class FilterClassifierMixin(PredictiveSamplingMixin, ProbabilisticClassifierMixi
         return y.ndim == 1 and (y.dtype.kind in "iubU" or (y.dtype.kind == "f" and bool(np.isfinite(y).all())))
 
     def _encode_targets(self, y, first, classes=None):
-        if not first and classes is None:
+        if not first and (classes is None or self._known_classes(classes)):
             index = self._fast_label_index(y)
             if index is not None:
                 return index
-        return encode_class_labels(self, y, first, classes)
+        out = encode_class_labels(self, y, first, classes)
+        if type(classes) in (list, tuple) or (type(classes) is np.ndarray and classes.ndim == 1):  # remembered
+            memo_for(self)["classes"] = (classes, classes.copy() if type(classes) is np.ndarray else list(classes),
+                                         self.classes_)
+        return out
+
+    def _known_classes(self, classes) -> bool:
+        """Whether ``classes`` is the list, tuple or array a previous call passed (the same object,
+        with the same items), which :func:`~skfilter._validation.encode_class_labels` found equal to
+        the same ``classes_`` then: river's bridge passes its ``classes`` at every ``learn_one``."""
+        known = memo_for(self).get("classes")
+        if known is None or known[0] is not classes or known[2] is not self.__dict__.get("classes_") \
+                or len(classes) != len(known[1]):
+            return False
+        if type(classes) is np.ndarray:
+            return classes.dtype == known[1].dtype and classes.shape == known[1].shape \
+                and bool(np.array_equal(classes, known[1]))
+        try:
+            return all(a is b or (type(a) is type(b) and bool(a == b)) for a, b in zip(classes, known[1]))
+        except (TypeError, ValueError):  # items without a plain ==: the full check
+            return False
 
     #: at most this many labels take :meth:`_fast_label_index` (scikit-learn warns about a
     #: continuous-looking target from 21 labels on, which the full path then does)

@@ -324,7 +324,10 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
         Xt, mean = self._tensor(X), self.filter_state_.belief.mean
         with _no_grad_for(self._adapter):
             for a in range(0, Xt.shape[0], 1 << 16):
-                biggest = _largest(self._adapter.forward(mean, Xt[a:a + (1 << 16)]))
+                rows = Xt[a:a + (1 << 16)]
+                # the compiled forward pass when it serves (a tenth of the adapter's cost for one row)
+                f = kernels.forward_compiled(self._adapter, mean, rows) if mean.dim() == 1 else None
+                biggest = _largest(self._adapter.forward(mean, rows) if f is None else f)
                 if not biggest <= limit:  # NaN too
                     self._raise_output_too_large(biggest, limit)
 
@@ -356,7 +359,7 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
         if known is None:
             return None
         state, rows, biggest = known
-        if state is self.filter_state_ and rows.shape == X.shape and np.array_equal(rows, X):
+        if state is self.filter_state_ and rows.shape == X.shape and bool((rows == X).all()):
             return biggest
         return None
 

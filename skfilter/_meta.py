@@ -23,6 +23,8 @@ from ._validation import _same_value
 
 
 _PARAM_NAMES: dict = {}
+#: the attribute names of the estimators a wrapper's structure key reads, interned (``_structure_key``)
+_NAMES: dict = {}
 
 #: scikit-learn's constraints of ``sample_y`` / ``sample_proba`` (checked before the fitted filter's)
 _SAMPLING_CONSTRAINTS = {"X": ["array-like"], "n_samples": [Interval(Integral, 1, None, closed="left")],
@@ -145,18 +147,31 @@ class FilterMetaEstimator(MetaEstimatorMixin, BaseEstimator):
         change in place."""
         parts = [self.estimator]
         stack = [self.estimator] if self.estimator is not None else []
+        # per estimator, the part of the key built from the same attribute objects last time (a
+        # streaming loop rebuilds the key twice a call; is_frozen on every value is most of its cost)
+        segments = memo_for(self).setdefault("structure_segments", {})
         while stack:
             est = stack.pop()
             state = vars(est)
-            parts.append(tuple(state))
+            names = tuple(state)
+            values = tuple(state.values())
+            known = segments.get(id(est))
+            if known is not None and known[0] is est and known[1] == names and _same_objects(known[2], values):
+                parts.extend(known[3])
+                stack.extend(known[4])
+                continue
+            segment, nested = [_NAMES.setdefault(names, names)], []  # interned: the shortcut compares identity
             for k, v in state.items():
                 if isinstance(v, BaseEstimator):
-                    parts.append(v)
-                    stack.append(v)
+                    segment.append(v)
+                    nested.append(v)
                 elif k[0] != "_" and not is_frozen(v):
                     return None
                 else:
-                    parts.append(v)
+                    segment.append(v)
+            segments[id(est)] = (est, names, values, segment, nested)
+            parts.extend(segment)
+            stack.extend(nested)
         for k in self._structural_params:
             v = getattr(self, k)
             if not is_frozen(v):

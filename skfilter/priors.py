@@ -18,9 +18,11 @@ keeps them well conditioned (raw iris: VD-EKF 0.76 → 0.91 accuracy, as on stan
 layer by layer, as the initialisation does for standardised data (LeCun: ``Var = 1/fan_in``):
 
 * first layer, weight from input ``i``: variance ``1 / (D · m_i)`` with ``m_i = mean(x_i²)`` of the
-  input as the first Linear sees it (1 once standardised, unless the feature is constant; so
-  that each pre-activation ``Σ_i w_i x_i`` has unit prior variance whatever the feature scales);
-  its initial value (the prior mean) is the LeCun draw scaled by ``1/√m_i``;
+  input as the first Linear sees it (1 once standardised; so that each pre-activation
+  ``Σ_i w_i x_i`` has unit prior variance whatever the feature scales); its initial value (the
+  prior mean) is the LeCun draw scaled by ``1/√m_i``. A feature that is zero, or constant in
+  those rows once standardised (only rounding residue left), takes ``m_i = 1``: a variance of
+  ``1/(D · 1e-32)`` would make every later row that varies in it stiff;
 * hidden and output layers: variance ``1 / fan_in`` (the initialisation's);
 * biases: variance 1 (prior mean 0);
 * regression output ``c`` (targets ``y_c`` of centre ``ȳ_c`` and scale ``s_c``): the output layer's
@@ -65,7 +67,13 @@ def input_standardization(X: np.ndarray, weights=None):
     """
     mean, std = _moments(X, weights)
     fallback = np.maximum(np.abs(mean), 1.0)
-    return mean, np.where(std > 1e-8 * fallback, std, fallback)
+    return mean, np.where(_varies(mean, std), std, fallback)
+
+
+def _varies(mean, std):
+    """Which features vary in the rows of moments ``(mean, std)``: a standard deviation above
+    ``1e-8 · max(|mean|, 1)`` (below it, what is left after subtracting the mean is rounding)."""
+    return std > 1e-8 * np.maximum(np.abs(mean), 1.0)
 
 
 def _weighted_median(a: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -151,10 +159,17 @@ def auto_prior(adapter, X: np.ndarray, Y: np.ndarray | None = None, prior_scale:
     w = None if weights is None or not np.sum(weights) > 0 else np.asarray(weights, dtype=np.float64)
     X = np.asarray(X, dtype=np.float64)
     offset, scale = (getattr(adapter.module, k, None) for k in ("input_offset", "input_scale"))
+    varies = np.ones(X.shape[1], dtype=bool)
     if offset is not None:  # a StandardizedMLP: the first Linear sees standardised inputs
+        # a feature constant in these rows keeps, once standardised, rounding residue of size
+        # ~eps: its m_i (~1e-32) would give its weights a prior variance ~1e31, which makes every
+        # later step whose rows vary in that feature stiff (stiffness_limit: the compiled kernels
+        # then hand each step to the torch engine's square-root forms, ~20x slower). A constant
+        # feature gets m_i = 1, as an exactly zero one does.
+        varies = _varies(*_moments(X, w))
         X = (X - offset.detach().cpu().double().numpy()) / scale.detach().cpu().double().numpy()
     m2 = np.average(X ** 2, axis=0, weights=w)
-    m2 = np.where(m2 > 0, m2, 1.0)
+    m2 = np.where((m2 > 0) & varies, m2, 1.0)
     k = 0
     n_layers = len(layer_shapes)
     for l, (o, i) in enumerate(layer_shapes):

@@ -537,3 +537,92 @@ def test_wrapper_parameters_between_calls():
 ])
 def test_is_frozen(value, frozen):
     assert is_frozen(value) is frozen
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 29: classes passed at every call (river's bridge), the wrappers' structure shortcut
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("as_classes", [list, tuple, np.array], ids=["list", "tuple", "ndarray"])
+def test_classes_passed_at_every_call_take_the_shortcut_and_a_change_still_raises(as_classes):
+    X, y = _regression()
+    labels = _labels(y, "multiclass")
+    classes = as_classes([0, 1, 2])
+    make = lambda: LoFiClassifier(hidden_layer_sizes=(6,), rank=2, random_state=0)  # noqa: E731
+    fast = make().partial_fit(X[:10], labels[:10], classes=classes)
+    full = make().partial_fit(X[:10], labels[:10], classes=classes)
+    for i in range(10, 30):
+        p = fast.predict_proba(X[i][None])
+        fast.partial_fit(X[i][None], labels[i:i + 1], classes=classes)
+        with full_paths():
+            np.testing.assert_array_equal(p, full.predict_proba(X[i][None]))
+            full.partial_fit(X[i][None], labels[i:i + 1], classes=classes)
+    _assert_same_estimators(fast, full)
+    # the same classes object: scikit-learn's label checks are not run again
+    with mock.patch("skfilter._classification.encode_class_labels", side_effect=AssertionError("full path")):
+        fast.partial_fit(X[30][None], labels[30:31], classes=classes)
+    with full_paths():
+        full.partial_fit(X[30][None], labels[30:31], classes=classes)
+    # an unknown label, or classes changed (in place where the type allows): the full path's error
+    if as_classes is tuple:
+        changed = (0, 1, 3)
+    else:
+        changed = classes
+        changed[2] = 3
+    for yb, cls in ((np.array([7]), classes), ([7], classes), (labels[31:32], changed)):
+        with full_paths():
+            want = _error(lambda: copy.deepcopy(full).partial_fit(X[31][None], yb, classes=cls))
+        before = snapshot(fast)
+        assert want is not None and _error(lambda: fast.partial_fit(X[31][None], yb, classes=cls)) == want
+        assert_unchanged(before, fast)
+
+
+def test_river_bridge_classifier_equals_direct_calls():
+    river = pytest.importorskip("river.compat")
+    X, y = _regression()
+    labels = _labels(y, "multiclass")
+    model = river.convert_sklearn_to_river(LoFiClassifier(hidden_layer_sizes=(6,), rank=2, random_state=0),
+                                           classes=[0, 1, 2])
+    direct = LoFiClassifier(hidden_layer_sizes=(6,), rank=2, random_state=0)
+    for i in range(40):
+        x = {f"x{j}": v for j, v in enumerate(X[i])}
+        if i:
+            p = model.predict_proba_one(x)
+            np.testing.assert_array_equal([p[0], p[1], p[2]], direct.predict_proba(X[i][None])[0])
+        model.learn_one(x, labels[i])
+        direct.partial_fit(X[i][None], labels[i:i + 1], classes=[0, 1, 2])
+    _assert_same_estimators(model.estimator, direct)
+
+
+@pytest.mark.parametrize("name", ["wolf", "bocd"])
+def test_wrappers_check_their_structure_without_a_snapshot_while_nothing_changed(name):
+    from skfilter._meta import FilterMetaEstimator
+
+    X, y = _regression()
+    est = REGRESSORS[name]().fit(X[:10], y[:10])
+    est.partial_fit(X[10:11], y[10:11])
+    with mock.patch.object(FilterMetaEstimator, "_structure_snapshot", side_effect=AssertionError("snapshot")):
+        for i in range(11, 15):
+            est.predict(X[i][None])
+            est.partial_fit(X[i][None], y[i:i + 1])
+    est.estimator.set_params(rank=3)  # a change is still seen
+    with pytest.raises(ValueError, match="changed since the stream was started"):
+        est.partial_fit(X[15][None], y[15:16])
+
+
+def test_river_bridge_bad_rows_raise_the_full_paths_error_and_change_nothing():
+    river = pytest.importorskip("river.compat")
+    X, y = _regression()
+    model = river.convert_sklearn_to_river(LoFiRegressor(hidden_layer_sizes=(6,), rank=2, random_state=0))
+    names = [f"x{j}" for j in range(X.shape[1])]
+    for i in range(12):
+        model.predict_one(dict(zip(names, X[i])))
+        model.learn_one(dict(zip(names, X[i])), y[i])
+    est = model.estimator
+    for bad, target in (([np.nan, 0.0, 1.0], 0.5), ([np.inf, 0.0, 1.0], 0.5), ([1e200, 0.0, 1.0], 0.5),
+                        (list(X[12]), np.nan), (list(X[12]), None)):
+        x = dict(zip(names, bad))
+        with full_paths():
+            want = _error(lambda: copy.deepcopy(est).partial_fit([list(x.values())], [target]))
+        before = snapshot(est)
+        assert want is not None and _error(lambda: model.learn_one(x, target)) == want
+        assert_unchanged(before, est)

@@ -221,3 +221,20 @@ def test_a_gross_outlier_among_the_first_targets_does_not_set_the_prior_scale():
     reg.partial_fit(X[:10], y_bad[:10, 0])  # the outlier is in the first call
     # the bias of the output layer is centred on the median, not on the mean (~1e5)
     assert abs(reg._reference.mean[-1].item()) < 3.0
+
+
+def test_a_feature_constant_in_the_first_rows_gets_a_finite_prior():
+    """A feature constant in the first call's rows (UCI concrete's fly ash is 0 in its first rows)
+    standardises to rounding residue (~1e-32 squared, not 0): it must get the prior of an exactly
+    constant feature (``m_i = 1``), not a variance of ~1e31 that makes every later step stiff."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(20, 3))
+    X[:, 1] = -0.8471439  # the mean of 20 copies is not exactly this value
+    assert np.average((X[:, 1] - X[:, 1].mean()) ** 2) > 0
+    reg = LoFiRegressor(hidden_layer_sizes=(4,), rank=2, random_state=0).partial_fit(X, X[:, 0])
+    zero = X.copy()
+    zero[:, 1] = 0.0  # exactly constant: the reference
+    ref = LoFiRegressor(hidden_layer_sizes=(4,), rank=2, random_state=0).partial_fit(zero, X[:, 0])
+    var, var_ref = 1.0 / reg.posterior_.belief.diagonal, 1.0 / ref.posterior_.belief.diagonal
+    assert float(var.max()) < 10.0
+    np.testing.assert_allclose(var[:12].numpy(), var_ref[:12].numpy(), rtol=1e-12)

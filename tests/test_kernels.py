@@ -540,3 +540,65 @@ def test_row_by_row_calls_equal_one_call():
     for a, b in zip(held[:5], snapshot):
         assert torch.equal(a, b)
     _assert_same_state(rows, one, rtol=1e-12)
+
+
+def test_later_calls_under_the_auto_prior_stay_compiled():
+    """Issue 29: with ``prior_variance='auto'``, a feature constant in the first call's rows got a
+    prior variance of ~1e31 (rounding residue of its standardisation), so every later step whose rows
+    vary in it was stiff and handed back to the torch engine (~215 of 300 steps, 20x slower). Later
+    calls now stay on the kernel (no hand-back), equal to the torch engine's."""
+    from skfilter import kernels
+
+    X, y = _regression(300, d=4)
+    X[:20, 2] = -0.8471439  # constant in the first call, not exactly representable as a mean
+    make = lambda: LoFiRegressor(hidden_layer_sizes=(8,), rank=3, random_state=0)  # noqa: E731
+    with compiled_kernels(False):
+        ref = make().partial_fit(X[:20], y[:20])
+        ref.partial_fit(X[20:], y[20:])
+    est = make().partial_fit(X[:20], y[:20])
+    before = kernels.handed_back()
+    est.partial_fit(X[20:], y[20:])
+    assert kernels.handed_back() == before
+    _assert_same_state(est, ref)
+    _assert_same_predictions(est, ref, X[:7])
+
+
+def test_hand_backs_are_counted():
+    from skfilter import kernels
+
+    X, y = _regression(60)
+    X[30] = 1e7  # a stiff row (test_stiff_row_is_handed_to_the_torch_engine)
+    before = kernels.handed_back()
+    LoFiRegressor(hidden_layer_sizes=(5,), rank=3, obs_variance=0.01, prior_variance=1.0, random_state=0).fit(X, y)
+    assert kernels.handed_back() > before
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(decay=0.99, process_noise=1e-4), dict(covariance="vd"),
+                                dict(obs_variance=0.05, prior_variance=0.5)],
+                         ids=["lofi-auto", "lofi-dynamics", "vd", "lofi-fixed-noise"])
+def test_one_row_calls_resume_the_kernel_and_equal_the_torch_engine(kw):
+    """Row-by-row calls continue from the arrays the last call handed out (KernelPlan.run's resume):
+    the same states as the torch engine's row by row, and no state handed out is written later."""
+    X, y = _regression(50)
+    if kw.get("covariance"):
+        make = lambda: EKFRegressor(hidden_layer_sizes=(6,), random_state=0, **kw)  # noqa: E731
+    else:
+        make = lambda: LoFiRegressor(hidden_layer_sizes=(6,), rank=3, random_state=0, **kw)  # noqa: E731
+    est, ref = make().fit(X[:10], y[:10]), None
+    with compiled_kernels(False):
+        ref = make().fit(X[:10], y[:10])
+        for t in range(10, 50):
+            ref.partial_fit(X[t:t + 1], y[t:t + 1])
+    held = []
+    for t in range(10, 50):
+        est.predict(X[t:t + 1])
+        est.partial_fit(X[t:t + 1], y[t:t + 1])
+        state = est.filter_state_
+        held.append((state, [v.clone() for v in state.belief if isinstance(v, torch.Tensor)],
+                     {k: v.clone() for k, v in (state.noise or {}).items()}))
+    for state, belief, noise in held:
+        for a, b in zip([v for v in state.belief if isinstance(v, torch.Tensor)], belief):
+            assert torch.equal(a, b)
+        for k, v in noise.items():
+            assert torch.equal(state.noise[k], v)
+    _assert_same_state(est, ref, rtol=1e-11)

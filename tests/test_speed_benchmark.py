@@ -108,6 +108,28 @@ def test_streaming_section():
     assert by["MLPRegressor stream loop"]["dtype"] == "float64" and by["LoFi r10 one call"]["n_params"] == 501
 
 
+def test_calls_section():
+    """Issue 29's rows: later calls with default parameters (no step handed back) and the one-row
+    calls, each a ratio to the row it is compared with, beside the issue's target."""
+    stream = _common.load_stream("concrete")
+    rows = speed.time_calls(stream, n_rows=4, repeats=1)
+    names = [r["config"] for r in rows]
+    river = names == list(speed.CALL_ROWS)
+    assert names == list(speed.CALL_ROWS[:len(names)]) and len(names) >= len(speed.CALL_ROWS) - 2
+    by = {r["config"]: r for r in rows}
+    for r in rows:
+        assert r["section"] == "calls" and _finite(r["value"]) and r["unit"] == "µs/row"
+    for later in (speed.CALL_ROWS[1], speed.CALL_ROWS[3]):
+        assert by[later]["handed_back"] == 0 and _finite(by[later]["ratio"])
+    assert by[speed.CALL_ROWS[2]]["n_rows"] == speed.CALLS_CONSTANT_ROWS
+    for name, (ref, target) in speed.CALL_TARGETS.items():
+        if name in by:
+            r = by[name]
+            assert r["ref"] == ref and r["target_ratio"] == target
+            assert r["ratio"] == pytest.approx(r["value"] / by[ref]["value"])
+    assert river or "river" not in names[-1]
+
+
 def test_digits_sections_on_small_networks():
     lofi, mlp = speed.time_digits(repeats=1, n_rows=40, hidden=(4,), dtype="float32")
     assert (lofi["config"], mlp["config"]) == ("LoFiClassifier.fit", "MLPClassifier.fit")
@@ -187,8 +209,8 @@ def test_cli_suites_only_and_default_paths(tmp_path, monkeypatch, capsys):
 
 
 def test_default_suites_are_the_cheap_ones():
-    assert speed.DEFAULT_SUITES == ("concrete", "streaming", "digits")
-    assert set(speed.SECTIONS) == {"concrete", "streaming", "digits", "digits-ekf", "mnist"}
+    assert speed.DEFAULT_SUITES == ("concrete", "streaming", "calls", "digits")
+    assert set(speed.SECTIONS) == {"concrete", "streaming", "calls", "digits", "digits-ekf", "mnist"}
     assert speed._resolve_suites(["all"], "concrete") == list(speed.SECTIONS)
     assert speed._resolve_suites(None, "mnist") == ["mnist"]
     with pytest.raises(ValueError, match="suite"):

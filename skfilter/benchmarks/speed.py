@@ -22,6 +22,21 @@ and its load, ratios much less. The targets of issue 18 were set when that refer
     :func:`~skfilter.model_selection.prequential_predict` (which also predicts every row before
     learning it; target ≤ 100 µs/row); the overhead over one ``partial_fit`` call of the rows is
     also stored. The same loop of ``MLPRegressor`` for reference.
+``calls``
+    Issue 29's per-call costs, every figure a ratio to another measured in the same run (the calls
+    timed round-robin). **Later calls with default parameters**: ``LoFiRegressor((50,), rank=10)``
+    with ``prior_variance='auto'`` (and the other defaults), the µs/row of its first call (``fit`` of
+    ``--n-rows`` rows from scratch) and of a later ``partial_fit`` of as many rows, also after a first
+    call of 20 rows in which one feature is constant (concrete's fly ash is 0 in many rows: the case
+    whose ``'auto'`` prior made later steps stiff), with the steps the compiled kernels handed to the
+    torch engine per call (:func:`skfilter.kernels.handed_back`; 0 expected). **One-row calls**:
+    ``predict`` + ``partial_fit`` of one row per call for ``LoFiRegressor``, ``predict_proba`` +
+    ``partial_fit`` for ``LoFiClassifier`` (three classes from the target's quantiles), ``WoLFRegressor``
+    and ``BOCDRegressor`` (default ``n_hypotheses``, :data:`CALLS_BOCD_ROWS` rows) around the same
+    ``LoFiRegressor``, each as a ratio to its own per-row cost inside one ``partial_fit`` of the same
+    rows (targets :data:`CALL_TARGETS`: 1.5, 1.7, 2, 2), and river's bridge
+    (``river.compat.convert_sklearn_to_river``: ``predict_one``/``predict_proba_one`` + ``learn_one``
+    on dicts) as a ratio to the direct one-row calls (target 1.2; skipped without river).
 ``digits``
     ``LoFiClassifier().fit(X, y)`` on scikit-learn's digits (1,797 rows, 64 raw features, 10
     classes; the default MLP), wall seconds (median of ``--fit-repeats`` fits from scratch), beside
@@ -86,12 +101,13 @@ REFERENCE = "MLPRegressor.partial_fit"
 SECTIONS = {
     "concrete": "µs/step of EKF full/VD/FD and LoFi r10 (+ adaptive noise, + process noise), MLP 8-50-1, P=501",
     "streaming": "predict + partial_fit one row per call (LoFi r10, MLPRegressor), overhead over the in-loop step",
+    "calls": "later calls with default parameters; one-row calls (LoFi, WoLF, BOCD, river) vs the in-call row",
     "digits": "LoFiClassifier().fit vs MLPClassifier().fit on digits",
     "digits-ekf": "EKFClassifier().fit on digits (P=3,760) vs its BLAS floor (slow: ~1 min)",
     "mnist": "LoFi r10 at P=648,010 (784-500-500-10), ms/step, page faults (slow on a CPU)",
 }
 #: sections run when neither ``--suite`` nor ``--only`` is given
-DEFAULT_SUITES = ("concrete", "streaming", "digits")
+DEFAULT_SUITES = ("concrete", "streaming", "calls", "digits")
 
 #: issue 18's budgets (float64, one thread, one row per step, the CI machine kind)
 STREAM_OVERHEAD_TARGET_US = 100.0
@@ -227,6 +243,27 @@ NETWORKS = ("concrete", "mnist")
 STREAM_ROWS = ("LoFi r10 stream loop", "LoFi r10 one call", "LoFi r10 prequential", "LoFi r10 stream overhead",
                "LoFi r10 overhead vs prequential", "MLPRegressor stream loop")
 DIGITS_ROWS = ("LoFiClassifier.fit", "MLPClassifier.fit")
+#: rows of the ``calls`` section (issue 29), in table order
+CALL_ROWS = ("defaults first call", "defaults later call", "defaults first call, 20 rows, constant feature",
+             "defaults later call after it",
+             "LoFi reg in-call row", "LoFi reg predict+partial_fit 1 row",
+             "LoFi clf in-call row", "LoFi clf predict_proba+partial_fit 1 row",
+             "WoLF in-call row", "WoLF predict+partial_fit 1 row",
+             "BOCD in-call row", "BOCD predict+partial_fit 1 row",
+             "river LoFi reg predict_one+learn_one", "river LoFi clf predict_proba_one+learn_one")
+#: issue 29's targets of the one-row rows: a ratio to the row named (measured in the same run)
+CALL_TARGETS = {
+    "LoFi reg predict+partial_fit 1 row": ("LoFi reg in-call row", 1.5),
+    "LoFi clf predict_proba+partial_fit 1 row": ("LoFi clf in-call row", 1.7),
+    "WoLF predict+partial_fit 1 row": ("WoLF in-call row", 2.0),
+    "BOCD predict+partial_fit 1 row": ("BOCD in-call row", 2.0),
+    "river LoFi reg predict_one+learn_one": ("LoFi reg predict+partial_fit 1 row", 1.2),
+    "river LoFi clf predict_proba_one+learn_one": ("LoFi clf predict_proba+partial_fit 1 row", 1.2),
+}
+#: rows per timed call of the BOCD rows of the ``calls`` section (a step costs ``n_hypotheses`` LoFi steps)
+CALLS_BOCD_ROWS = 100
+#: rows of the first call that has a constant feature (``calls`` section)
+CALLS_CONSTANT_ROWS = 20
 EKF_ROWS = ("EKFClassifier.fit", "BLAS floor (2 GEMMs/row)")
 
 
@@ -235,6 +272,7 @@ def section_workloads(configs=None, mnist_configs=None) -> dict:
     return {
         "concrete": [c.name for c in (CONFIGS if configs is None else configs)],
         "streaming": list(STREAM_ROWS),
+        "calls": list(CALL_ROWS),
         "digits": list(DIGITS_ROWS),
         "digits-ekf": list(EKF_ROWS),
         "mnist": [c.name for c in (MNIST_CONFIGS if mnist_configs is None else mnist_configs)],
@@ -517,6 +555,127 @@ def time_streaming(stream, n_rows=DEFAULT_N_ROWS, repeats=5, device="cpu", dtype
     return rows
 
 
+def time_calls(stream, n_rows=DEFAULT_N_ROWS, repeats=5, device="cpu", dtype="float64", seed=0) -> list:
+    """The ``calls`` section (module docstring): rows :data:`CALL_ROWS`, µs/row each, with ``ratio``
+    to the row named in ``ref`` and ``handed_back`` (steps the compiled kernels handed to the torch
+    engine per timed call, the later-call rows)."""
+    from .. import BOCDRegressor, LoFiClassifier, LoFiRegressor, WoLFRegressor, kernels
+
+    def reg():
+        return LoFiRegressor(hidden_layer_sizes=(50,), rank=10, device=device, dtype=dtype, random_state=seed)
+
+    def clf():
+        return LoFiClassifier(hidden_layer_sizes=(50,), rank=10, device=device, dtype=dtype, random_state=seed)
+
+    makers = {"LoFi reg": reg, "LoFi clf": clf, "WoLF": lambda: WoLFRegressor(reg()),
+              "BOCD": lambda: BOCDRegressor(reg())}
+    X, y = stream.X, stream.y
+    labels = np.digitize(y, np.quantile(y, [1 / 3, 2 / 3]))
+    n_rows = int(n_rows)
+    Xw, yw = _rows(stream, 0, WARMUP_ROWS)
+    Xa, ya = _rows(stream, WARMUP_ROWS, n_rows)
+    Xb, yb = _rows(stream, WARMUP_ROWS + n_rows, n_rows)
+    # a first call in which one feature is constant (the most frequent value of the column with most ties)
+    ties = [np.unique(X[:, j], return_counts=True) for j in range(X.shape[1])]
+    j = int(np.argmax([c.max() for _, c in ties]))
+    value = ties[j][0][np.argmax(ties[j][1])]
+    same = np.flatnonzero(X[:, j] == value)[:CALLS_CONSTANT_ROWS]
+    rest = np.setdiff1d(np.arange(len(y)), same)[:n_rows]
+    fns, names, counts, sizes = [], [], {}, {}
+    fitted = {}
+
+    def counted(name, fn):
+        def run():
+            before = kernels.handed_back()
+            fn()
+            counts.setdefault(name, []).append(kernels.handed_back() - before)
+        return run
+
+    def first_call(Xf, yf):
+        def fit():
+            fitted["last"] = reg().fit(Xf, yf)
+        return fit
+
+    later = reg().fit(Xa, ya)
+    later_c = reg().fit(X[same], y[same])
+    fns += [counted(CALL_ROWS[0], first_call(Xa, ya)), counted(CALL_ROWS[1], lambda: later.partial_fit(Xb, yb)),
+            counted(CALL_ROWS[2], first_call(X[same], y[same])),
+            counted(CALL_ROWS[3], lambda: later_c.partial_fit(X[rest], y[rest]))]
+    names += list(CALL_ROWS[:4])
+    sizes.update({CALL_ROWS[0]: n_rows, CALL_ROWS[1]: n_rows, CALL_ROWS[2]: len(same), CALL_ROWS[3]: len(rest)})
+    loops = {}
+    for label, make in makers.items():
+        n = min(n_rows, CALLS_BOCD_ROWS) if label == "BOCD" else n_rows
+        targets = labels if label == "LoFi clf" else y
+        Xl = _rows(stream, WARMUP_ROWS, n)[0]
+        yl, yw_ = targets[(WARMUP_ROWS + np.arange(n)) % len(y)], targets[:WARMUP_ROWS]
+        kw = {"classes": np.unique(labels)} if label == "LoFi clf" else {}
+        one, rows = make(), make()
+        one.partial_fit(Xw, yw_, **kw)
+        rows.partial_fit(Xw, yw_, **kw)
+        predict = rows.predict_proba if label == "LoFi clf" else rows.predict
+
+        def loop(rows=rows, predict=predict, Xl=Xl, yl=yl, n=n):
+            for t in range(n):
+                x = Xl[t:t + 1]
+                predict(x)
+                rows.partial_fit(x, yl[t:t + 1])
+
+        fns += [lambda one=one, Xl=Xl, yl=yl: one.partial_fit(Xl, yl), loop]
+        i = CALL_ROWS.index(f"{label} in-call row")
+        names += [CALL_ROWS[i], CALL_ROWS[i + 1]]
+        sizes.update({names[-2]: n, names[-1]: n})
+        loops[label] = (Xl, yl, yw_, kw)
+    try:
+        from river import compat
+    except ImportError:  # pragma: no cover - river is optional
+        compat = None
+    if compat is not None:
+        features = [f"x{i}" for i in range(X.shape[1])]
+        for label, make, name in (("LoFi reg", reg, CALL_ROWS[12]), ("LoFi clf", clf, CALL_ROWS[13])):
+            Xl, yl, yw_, kw = loops[label]
+            model = compat.convert_sklearn_to_river(make(), **kw)
+            for t in range(WARMUP_ROWS):
+                model.learn_one(dict(zip(features, Xw[t])), yw_[t])
+            dicts = [dict(zip(features, row)) for row in Xl]
+            predict = model.predict_proba_one if label == "LoFi clf" else model.predict_one
+
+            def river_loop(model=model, predict=predict, dicts=dicts, yl=yl):
+                for x, t in zip(dicts, yl):
+                    predict(x)
+                    model.learn_one(x, t)
+
+            fns.append(river_loop)
+            names.append(name)
+            sizes[name] = len(yl)
+    timed = interleave(fns, repeats=repeats, warmup=1, device=device)
+    rows_out, by = [], {}
+    for name, result in zip(names, timed):
+        if isinstance(result, Exception):
+            raise result
+        times, usage = result
+        n = sizes[name]
+        us = 1e6 * median(times) / n
+        row = _row("calls", name, structure="lofi-diagonal L=10", device=str(device), dtype=str(dtype), n_rows=n,
+                   n_params=int(later.n_params_),
+                   times=times, us_per_row=us, us_per_row_min=1e6 * min(times) / n, us_per_step=us, value=us,
+                   unit="µs/row", **_usage_fields(usage, n * len(times)))
+        if name in counts:
+            row["handed_back"] = max(counts[name][1:] or counts[name])  # the timed calls (not the warm-up)
+        rows_out.append(row)
+        by[name] = row
+    # the later call against the first; the later call after a constant feature against the plain later call
+    for later_name, first_name in ((CALL_ROWS[1], CALL_ROWS[0]), (CALL_ROWS[3], CALL_ROWS[1])):
+        by[later_name].update(ref=first_name, ratio=by[later_name]["value"] / by[first_name]["value"])
+    for name, (ref, target) in CALL_TARGETS.items():
+        if name in by and ref in by:
+            by[name].update(ref=ref, ratio=by[name]["value"] / by[ref]["value"], target_ratio=target)
+    for label in makers:
+        base, loop = by[f"{label} in-call row"], by[CALL_ROWS[CALL_ROWS.index(f"{label} in-call row") + 1]]
+        loop["overhead_us"] = loop["value"] - base["value"]
+    return rows_out
+
+
 def load_digits_stream(n_rows=None):
     """scikit-learn's digits, raw features (0–16), in the file's order; the first ``n_rows`` rows."""
     from sklearn.datasets import load_digits
@@ -787,6 +946,19 @@ def notes(results, settings, env) -> list:
         if mlp_loop is not None and mlp_loop.get("overhead_us") is not None:
             lines.append(f"MLPRegressor's loop: {mlp_loop['value']:.0f} µs/row, {mlp_loop['overhead_us']:+.0f} over "
                          "its partial_fit alone (the predict call).")
+    if CALL_ROWS[1] in by_name:
+        first, later, first_c, later_c = (by_name[n] for n in CALL_ROWS[:4])
+        lines.append(f"Later calls, default parameters (LoFiRegressor((50,), rank=10), prior_variance='auto'): "
+                     f"{later['value']:.0f} µs/row against {first['value']:.0f} in the first call "
+                     f"({later['ratio']:.2f}×; {later.get('handed_back')} steps handed to the torch engine per "
+                     f"call); after a first call of {first_c['n_rows']} rows with a constant feature, "
+                     f"{later_c['value']:.0f} µs/row ({later_c['ratio']:.2f}× the later call above; "
+                     f"{later_c.get('handed_back')} handed back).")
+        for name, (ref, target) in CALL_TARGETS.items():
+            r = by_name.get(name)
+            if r is not None and r.get("ratio") is not None:
+                lines.append(f"{name}: {r['value']:.0f} µs/row = {r['ratio']:.2f}× {ref} "
+                             f"({by_name[ref]['value']:.0f}); target ≤ {target}×: {r['meets_ratio']}.")
     if "MLPClassifier.fit" in by_name and "LoFiClassifier.fit" in by_name:
         d, m = by_name["LoFiClassifier.fit"], by_name["MLPClassifier.fit"]
         lines.append(f"Digits ({d['n_rows']} rows): LoFiClassifier().fit {d['value']:.2f} s (P = {d['n_params']:,}, "
@@ -911,6 +1083,8 @@ def run_speed(configs=None, n_rows=None, repeats=5, device="cpu", dtype="float64
             results.extend(run_prepared(prepared, repeats, device))
         elif section == "streaming":
             results.extend(time_streaming(concrete, rows_main, repeats, device, dtype, seed))
+        elif section == "calls":
+            results.extend(time_calls(concrete, rows_main, repeats, device, dtype, seed))
         elif section == "digits":
             results.extend(time_digits(fit_repeats, device, dtype, seed, digits_rows, digits_hidden))
         elif section == "digits-ekf":

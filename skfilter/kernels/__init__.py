@@ -93,6 +93,21 @@ def run_compiled(parts, state, X, Y, sample_weight, batch_size, record, progress
     return plan.run(parts, state, X, Y, sample_weight, batch_size, record, progress)
 
 
+def handed_back() -> int:
+    """Steps the compiled kernels started and handed to the torch engine (stiff rows, numerical
+    failures) in this process so far: the difference over a call tells whether it stayed compiled.
+
+    Examples
+    --------
+    >>> from skfilter import kernels
+    >>> isinstance(kernels.handed_back(), int)
+    True
+    """
+    from ._dispatch import HANDED_BACK
+
+    return HANDED_BACK[0]
+
+
 def step_compiled(parts, state, X, Y, sample_weight, record):
     """One filter step of a stack of beliefs (hypotheses axis, e.g. BOCD's run lengths) on a
     compiled kernel, when the filter qualifies and the caller records the predictive with a
@@ -131,5 +146,5 @@ def forward_compiled(adapter, mean, X):
     return forward(adapter, mean, X)
 
 
-__all__ = ["AVAILABLE", "compiled_kernels", "enabled", "forward_compiled", "linearized_compiled", "run_compiled",
-           "step_compiled"]
+__all__ = ["AVAILABLE", "compiled_kernels", "enabled", "forward_compiled", "handed_back", "linearized_compiled",
+           "run_compiled", "step_compiled"]

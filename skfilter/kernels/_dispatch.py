@@ -9,6 +9,7 @@ stops at to :func:`skfilter.filtering.filter_step`, and returns the new :class:`
 from __future__ import annotations
 
 import abc
+import functools
 import weakref
 
 import numpy as np
@@ -27,6 +28,8 @@ from .observations import LIKELIHOOD_CODES, WEIGHTING_CODES
 from .predictive import DIAGONAL, FULL, LOFI, forward_rows, predict_rows
 
 _DTYPES = (torch.float64, torch.float32)
+#: the NumPy dtype of each torch dtype the kernels take
+_NP_DTYPES = {torch.float64: np.dtype(np.float64), torch.float32: np.dtype(np.float32)}
 #: rows per kernel call (progress bars and interrupts are served between calls)
 CHUNK_ROWS = 2048
 #: models up to this many parameters get the call's buffers as their new belief (no copy; above,
@@ -43,6 +46,10 @@ FULL_KERNEL_MAX_PARAMS = 1500
 #: P = 648,010: 117 and 87)
 LOFI_KERNEL_MAX_PARAMS = 100_000
 
+
+#: steps the kernels handed to the torch engine in this process (:func:`skfilter.kernels.handed_back`):
+#: a count the tests and benchmarks read to see that a stream stays compiled, not a timing
+HANDED_BACK = [0]
 
 #: adapter → (MLP program, input map): the kernels' view of a default MLP, built once per adapter
 _PROGRAMS = weakref.WeakKeyDictionary()
@@ -64,11 +71,13 @@ def _program_of(adapter):
 
 def _mapped_rows(X, input_map):
     """The rows as the default MLP's first layer sees them (standardised for a ``StandardizedMLP``)."""
-    Xn = np.ascontiguousarray(_numpy(X))
+    Xn = _numpy(X)
     if input_map is not None:
         inv, shift = input_map
-        Xn = Xn * inv + shift
-    return Xn
+        Xn = np.multiply(Xn, inv, order="C")  # a new C-contiguous array, then in place (the same roundings)
+        Xn += shift
+        return Xn
+    return np.ascontiguousarray(Xn)
 
 
 def _serves_adapter(adapter):
@@ -187,6 +196,19 @@ def plan_for(parts, state, record, hypotheses=False):
     return plan
 
 
+@functools.lru_cache(maxsize=None)
+def _constants(np_dtype):
+    """``(ones(1), stiffness_limit, tiny)`` of a dtype, built once (the unit weight of an unweighted
+    call, which the kernels never write; not flagged read-only, which numba would compile anew)."""
+    return np.ones(1, dtype=np_dtype), stiffness_limit(np_dtype), float(np.finfo(np_dtype).tiny)
+
+
+@functools.lru_cache(maxsize=None)
+def _unused_records(C, np_dtype):
+    """The record buffers passed to a kernel that does not record (shape ``(1, ·)``, never written)."""
+    return (np.empty((1, C), dtype=np_dtype), np.empty((1, C, C), dtype=np_dtype), np.empty((1, C), dtype=np_dtype))
+
+
 def _numpy(t):
     try:
         return t.numpy()
@@ -220,21 +242,35 @@ class KernelPlan(abc.ABC):
         return out
 
     def _noise_params(self, C, dtype):
+        """``(params, adaptive)`` of the likelihood's noise step, built once per ``(C, dtype)`` (the
+        kernels only read ``params``; one-row calls would otherwise rebuild them every call)."""
+        key = (C, np.dtype(dtype))
+        known = self.__dict__.setdefault("_params_by_width", {}).get(key)
+        if known is not None:
+            return known
         lik = self.likelihood
         if not isinstance(lik, Gaussian):
-            return np.zeros(6, dtype=dtype), False
-        c = lik.robust_threshold or 0.0
-        kappa = robust_variance_consistency(c, C) if c else 1.0
-        params = [lik.eps_min, lik.min_variance, c, kappa, lik.residual_bound or 0.0, np.finfo(dtype).tiny]
-        return np.array(params, dtype=dtype), bool(lik.adaptive)
+            out = np.zeros(6, dtype=dtype), False
+        else:
+            c = lik.robust_threshold or 0.0
+            kappa = robust_variance_consistency(c, C) if c else 1.0
+            params = [lik.eps_min, lik.min_variance, c, kappa, lik.residual_bound or 0.0, np.finfo(dtype).tiny]
+            out = np.array(params, dtype=dtype), bool(lik.adaptive)
+        self._params_by_width[key] = out
+        return out
 
-    def _noise_state(self, noise, vec, scale, C, torch_dtype):
-        """The likelihood's noise state after the kernel (``scale``: the last step's whitening)."""
+    def _noise_state(self, noise, vec, scale, C, final=False):
+        """The likelihood's noise state after the kernel (``scale``: the last step's whitening):
+        tensors wrapping copies, or with ``final`` (neither array is written again: a later call
+        works on a copy of ``vec``) views of ``vec`` and ``scale`` (``torch.tensor`` of a float
+        costs several ``from_numpy``; the 0-d weight has the belief's dtype either way)."""
         lik = self.likelihood
         if not isinstance(lik, Gaussian) or not lik.adaptive:
             return noise
-        return {"r": torch.from_numpy(vec[:C].copy()), "weight": torch.tensor(float(vec[C]), dtype=torch_dtype),
-                "scale": torch.from_numpy(scale.copy())[:, None]}
+        if not final:
+            vec, scale = vec.copy(), scale.copy()
+        return {"r": torch.from_numpy(vec[:C]), "weight": torch.from_numpy(vec[C:].reshape(())),
+                "scale": torch.from_numpy(scale.reshape(C, 1))}
 
     # -- structure hooks ----------------------------------------------------------------------
     @abc.abstractmethod
@@ -260,6 +296,16 @@ class KernelPlan(abc.ABC):
     def settle(self, slot):
         """Make slot 0 hold the latest belief after a kernel call that ended in ``slot``."""
 
+    def load_arrays(self, arrays, np_dtype, resumed=False):
+        """:meth:`load` from the arrays of a belief (``resumed``: those :meth:`slot_arrays`
+        returned, already of ``np_dtype`` and contiguous)."""
+        raise NotImplementedError
+
+    def slot_arrays(self, slot):
+        """The arrays of the belief in buffer ``slot`` as :meth:`load_arrays` takes them, or None
+        when the structure does not resume (:meth:`run`)."""
+        return None
+
     # -- the driver -----------------------------------------------------------------------------
     def _inputs(self, X, Y, sample_weight, np_dtype):
         """``(X, Y, w, has_w)`` as the kernels take them: the rows as the default MLP's first layer
@@ -267,7 +313,7 @@ class KernelPlan(abc.ABC):
         Xn = _mapped_rows(X, self.input_map)
         Yn = np.ascontiguousarray(_numpy(Y))
         has_w = sample_weight is not None
-        w = np.ascontiguousarray(_numpy(sample_weight)) if has_w else np.ones(1, dtype=np_dtype)
+        w = np.ascontiguousarray(_numpy(sample_weight)) if has_w else _constants(np_dtype)[0]
         return Xn, Yn, w, has_w
 
     def step(self, state, X, Y, sample_weight, record):
@@ -294,6 +340,7 @@ class KernelPlan(abc.ABC):
         stacks = self.stack(belief, np_dtype)
         _, status = self.call_hypotheses(Xn, Yn, w, has_w, nb, stacks, common)
         if status != DONE:
+            HANDED_BACK[0] += 1
             return None
         noise = state.noise
         if isinstance(self.likelihood, Gaussian) and self.likelihood.adaptive:
@@ -318,48 +365,61 @@ class KernelPlan(abc.ABC):
 
     def run(self, parts, state, X, Y, sample_weight, batch_size, record, progress):
         belief = state.belief
-        dtype = belief.mean.dtype
-        np_dtype = _numpy(belief.mean).dtype
+        np_dtype = _NP_DTYPES[belief.mean.dtype]  # plan_for admits these dtypes only
         C = Y.shape[1]
         Xn, Yn, w, has_w = self._inputs(X, Y, sample_weight, np_dtype)
         params, adaptive = self._noise_params(C, np_dtype)
         n = Xn.shape[0]
         recording = record is not None
-        size = n if recording else 1
-        rec = (np.empty((size, C), dtype=np_dtype), np.empty((size, C, C), dtype=np_dtype),
-               np.empty((size, C), dtype=np_dtype))
+        if recording:
+            rec = (np.empty((n, C), dtype=np_dtype), np.empty((n, C, C), dtype=np_dtype),
+                   np.empty((n, C), dtype=np_dtype))
+        else:  # never written: shared, per width and dtype
+            rec = _unused_records(C, np_dtype)
         scale = np.empty(C, dtype=np_dtype)
-        common = dict(params=params, adaptive=adaptive, limit=stiffness_limit(np_dtype),
-                      tiny=float(np.finfo(np_dtype).tiny), scale=scale, recording=recording)
+        _, limit, tiny = _constants(np_dtype)
+        common = dict(params=params, adaptive=adaptive, limit=limit, tiny=tiny, scale=scale, recording=recording)
         outs = []
         start = state.n_seen
-        self.load(state, np_dtype)
         self.n_params = belief.mean.shape[-1]
-        noise_vec = self._noise_vector(state.noise, C, np_dtype)
+        # a call continuing from the state the last call of this plan returned (a streaming loop of
+        # one-row calls) takes its arrays as they are: no tensor conversions, no noise vector to build
+        last, self._last = self.__dict__.get("_last"), None
+        if last is not None and last[0] is belief and last[1] is state.noise and last[2] is np_dtype:
+            self.load_arrays(last[3], np_dtype, resumed=True)
+            noise_vec = last[4].copy()  # the last state's noise views it
+        else:
+            self.load(state, np_dtype)
+            noise_vec = self._noise_vector(state.noise, C, np_dtype)
         noise_state, n_seen, n_steps = state.noise, state.n_seen, getattr(belief, "n_steps", None)
         row = 0
         try:
             while row < n:
                 stop = min(n, row + max(CHUNK_ROWS - CHUNK_ROWS % batch_size, batch_size))
                 common["noise"] = noise_vec
-                common["rec"] = tuple(r[row:stop] if recording else r for r in rec)
+                common["rec"] = tuple(r[row:stop] for r in rec) if recording else rec
                 done, status, slot = self.call(Xn[row:stop], Yn[row:stop], w[row:stop] if has_w else w, has_w,
                                                batch_size, common)
                 if n_steps is not None:
                     n_steps += -(-done // batch_size)
                 n_seen += done
-                if done and adaptive:
-                    noise_state = self._noise_state(noise_state, noise_vec, scale, C, dtype)
-                if recording and done:
-                    outs.append(self._records(record, X[row:row + done], *(r[row:row + done] for r in rec),
-                                              noise_state))
                 row += done
                 final = status == DONE and row >= n  # the buffers are then the belief's (no copy)
+                if done and adaptive:
+                    noise_state = self._noise_state(noise_state, noise_vec, scale, C, final)
+                if recording and done:
+                    outs.append(self._records(record, X[row - done:row], *(r[row - done:row] for r in rec),
+                                              noise_state))
                 if not final:
                     self.settle(slot)
                     slot = 0
                 state = FilterState(self.belief(slot, belief, n_steps, final), noise_state, n_seen)
+                if final and self.n_params <= ZERO_COPY_PARAMS:
+                    arrays = self.slot_arrays(slot)
+                    if arrays is not None:
+                        self._last = (state.belief, noise_state, np_dtype, arrays, noise_vec)
                 if status != DONE:  # the torch engine does this step (safe forms, or raises)
+                    HANDED_BACK[0] += 1
                     nb = min(batch_size, n - row)
                     wb = None if sample_weight is None else sample_weight[row:row + nb]
                     state, output = filter_step(parts, state, X[row:row + nb], Y[row:row + nb], wb, record)
@@ -398,14 +458,28 @@ class LoFiPlan(KernelPlan):
 
     def load(self, state, np_dtype):
         b = state.belief
-        P, L = b.mean.shape[0], b.low_rank.shape[0]
+        self.eta_shape = b.prior_precision.shape
+        self.load_arrays((_numpy(b.mean), _numpy(b.diagonal), _numpy(b.low_rank),
+                          _numpy(b.prior_precision).reshape(-1), _numpy(b.prior_mean)), np_dtype)
+
+    def load_arrays(self, arrays, np_dtype, resumed=False):
+        mean, diagonal, low_rank, eta, m0 = arrays
+        P, L = mean.shape[0], low_rank.shape[0]
         self.means = np.empty((2, P), dtype=np_dtype)
         self.diags = np.empty((2, P), dtype=np_dtype)
         self.factors = np.empty((2, L, P), dtype=np_dtype)
-        self.means[0], self.diags[0], self.factors[0] = _numpy(b.mean), _numpy(b.diagonal), _numpy(b.low_rank)
-        self.eta = _numpy(b.prior_precision).reshape(-1).copy()
-        self.eta_shape = b.prior_precision.shape
-        self.m0 = _numpy(b.prior_mean).copy()
+        self.means[0], self.diags[0], self.factors[0] = mean, diagonal, low_rank
+        if self.g == 1.0 and self.q == 0.0:  # static: the kernel only reads them (no copy)
+            if resumed:
+                self.eta, self.m0 = eta, m0
+            else:
+                self.eta = np.ascontiguousarray(eta, dtype=np_dtype)
+                self.m0 = np.ascontiguousarray(m0, dtype=np_dtype)
+        else:  # the dynamics move them in the buffers of this call
+            self.eta, self.m0 = eta.copy(), m0.copy()
+
+    def slot_arrays(self, slot):
+        return self.means[slot], self.diags[slot], self.factors[slot], self.eta, self.m0
 
     def call(self, X, Y, w, has_w, batch_size, c):
         shapes, offsets, codes = self.program
@@ -451,10 +525,17 @@ class DiagonalPlan(KernelPlan):
 
     def load(self, state, np_dtype):
         b = state.belief
-        P = b.mean.shape[0]
+        self.load_arrays((_numpy(b.mean), _numpy(b.var)), np_dtype)
+
+    def load_arrays(self, arrays, np_dtype, resumed=False):
+        mean, var = arrays
+        P = mean.shape[0]
         self.means = np.empty((2, P), dtype=np_dtype)
         self.variances = np.empty((2, P), dtype=np_dtype)
-        self.means[0], self.variances[0] = _numpy(b.mean), _numpy(b.var)
+        self.means[0], self.variances[0] = mean, var
+
+    def slot_arrays(self, slot):
+        return self.means[slot], self.variances[slot]
 
     def call(self, X, Y, w, has_w, batch_size, c):
         shapes, offsets, codes = self.program
