@@ -39,72 +39,240 @@ import math
 
 import numpy as np
 import torch
-from numba import njit
+import numba
+from numba import njit, types
+from numba.extending import intrinsic
 
 from . import enabled
 
-__all__ = ["serves", "run_events_compiled"]
+__all__ = ["serves", "run_events_compiled", "predict_events_compiled", "kernel_plan", "KernelPlan"]
 
 SIG_LINEAR, SIG_FM2, SIG_CP = 0, 1, 2
 LIK_GAUSSIAN, LIK_ADAPTIVE, LIK_BERNOULLI, LIK_POISSON = 0, 1, 2, 3
 OK, FAILED = 0, 1
 
 
-@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
-def factorization_events(rows, vals, voff, Y, w, has_w, t0, means, covs, lasts, ref_means, crosses, ref_covs,
-                         nblk, nslot, Ks, nfeat, pfeat, sig, fm_lin, cp_off, cp_order, cp_ctx, has_bias, lik, noise,
-                         eps_min, min_var, bound, max_log_rate, tiny, dynamic, log_alpha, g_den, omegas, sym):
-    """Learn the events ``j = 0..n−1`` (time ``t0 + j + 1``) into the tables, in order.
+_FASTMATH = {"reassoc", "contract"}
+
+#: the header of the kernel's integer configuration (then Ks, nfeat, pfeat, voff, sym)
+_HEAD = 14
+#: the fields of a block's row of ``ptrs``: the addresses of its table's arrays, then its capacity
+_MEAN, _COV, _LAST, _REF_MEAN, _CROSS, _REF_COV, _CAP = range(7)
+
+
+@intrinsic
+def _as_pointer(typingctx, address, like):
+    """The address ``address`` (an integer) as a pointer to ``like``'s dtype."""
+    ptr = types.CPointer(like.dtype)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(ptr))
+
+    return ptr(address, like), codegen
+
+
+@njit(cache=True, nogil=True)
+def _mat(ptrs, b, field, K, like):
+    """Block ``b``'s table array ``field`` of shape ``(capacity, K)`` (a view of the tensor's memory)."""
+    return numba.carray(_as_pointer(ptrs[b, field], like), (ptrs[b, _CAP], K))
+
+
+@njit(cache=True, nogil=True)
+def _cube(ptrs, b, field, K, like):
+    """Block ``b``'s table array ``field`` of shape ``(capacity, K, K)``."""
+    return numba.carray(_as_pointer(ptrs[b, field], like), (ptrs[b, _CAP], K, K))
+
+
+@njit(cache=True, nogil=True)
+def _times(ptrs, b, like):
+    """Block ``b``'s ``last_time`` ``(capacity,)`` (``like``: an int64 array)."""
+    return numba.carray(_as_pointer(ptrs[b, _LAST], like), (ptrs[b, _CAP],))
+
+
+@njit(cache=True, nogil=True, fastmath=_FASTMATH)
+def _signal(P, J, v, voff, nslot, Ks, nfeat, pfeat, sig, fm_lin, cp_off, cp_order, cp_ctx, has_bias, s1):
+    """The signal ``λ`` of one event at the block means ``P (nblk, Kmax)`` (its feature values ``v``),
+    and its gradient per block into ``J`` (the entries of each block's ``K`` it touches)."""
+    lam = 0.0
+    if sig == SIG_LINEAR:
+        for s in range(nslot):
+            term = 0.0
+            for f in range(nfeat[s]):
+                x = v[voff[s] + f]
+                term += x * P[s, f]
+                J[s, f] = x
+            lam += term
+    elif sig == SIG_FM2:
+        p = pfeat[0]
+        na = p - fm_lin
+        lin = 0.0
+        for k in range(na):
+            s1[k] = 0.0
+        for s in range(nslot):
+            for f in range(nfeat[s]):
+                x = v[voff[s] + f]
+                if fm_lin:
+                    lin += x * P[s, f * p]
+                for k in range(na):
+                    y = x * P[s, f * p + fm_lin + k]
+                    s1[k] += y
+        term = 0.0
+        for k in range(na):
+            q2 = 0.0
+            for s in range(nslot):
+                for f in range(nfeat[s]):
+                    y = v[voff[s] + f] * P[s, f * p + fm_lin + k]
+                    q2 += y * y
+            term += s1[k] * s1[k] - q2
+        lam = lin + 0.5 * term
+        for s in range(nslot):
+            for f in range(nfeat[s]):
+                x = v[voff[s] + f]
+                if fm_lin:
+                    J[s, f * p] = x
+                for k in range(na):
+                    J[s, f * p + fm_lin + k] = x * (s1[k] - x * P[s, f * p + fm_lin + k])
+    else:  # CP / MF: modes 0..q−1 ([b,] ξ), then the context slot
+        q = cp_order
+        na = Ks[0] - cp_off
+        for l in range(na):
+            prod = P[0, cp_off + l]
+            for i in range(1, q):
+                prod *= P[i, cp_off + l]
+            lam += prod
+        if cp_off:
+            for i in range(q):
+                lam += P[i, 0]
+                J[i, 0] = 1.0
+        for i in range(q):
+            for l in range(na):
+                if q == 2:
+                    o = P[1 - i, cp_off + l]
+                else:
+                    has_p = i > 0
+                    pre = 1.0
+                    if has_p:
+                        pre = P[0, cp_off + l]
+                        for m in range(1, i):
+                            pre *= P[m, cp_off + l]
+                    has_s = i < q - 1
+                    suf = 1.0
+                    if has_s:
+                        suf = P[q - 1, cp_off + l]
+                        for m in range(q - 2, i, -1):
+                            suf *= P[m, cp_off + l]
+                    if has_p and has_s:
+                        o = pre * suf
+                    elif has_p:
+                        o = pre
+                    else:
+                        o = suf
+                J[i, cp_off + l] = o
+        if cp_ctx:
+            term = 0.0
+            for f in range(nfeat[q]):
+                x = v[voff[q] + f]
+                term += x * P[q, f]
+                J[q, f] = x
+            lam += term
+    if has_bias:
+        lam += P[nslot, 0]
+        J[nslot, 0] = 1.0
+    return lam
+
+
+@njit(cache=True, nogil=True, fastmath=_FASTMATH)
+def factorization_events(rows, newat, vals, Y, w, t0, ptrs, icfg, fcfg, pcen, pcov, noise, rec, wdt, w64):
+    """Learn (and/or predict) the events ``j = 0..n−1`` (time ``t0 + j + 1``) into the tables, in order.
 
     ``rows (nblk, n)``: each block's table row per event (slots, then the bias); ``vals (n, Σ n_s)``
     the slots' feature values (slot ``s`` at columns ``voff[s]:voff[s+1]``); ``Y (n,)``, ``w (n,)``;
-    ``means``/``covs``/``lasts`` (and ``ref_means``/``crosses``/``ref_covs`` when ``dynamic``):
-    per block its table's arrays (tuples, padded). ``noise``: ``[r, Σw, r^{−1/2}]`` of the Gaussian,
-    updated after each learned event. ``sym[b]``: block ``b``'s table holds exactly symmetric
-    covariances (its prior's is: every update and predict symmetrises), so the symmetrisation is the
-    identity and is skipped. Returns ``(events learned, OK or FAILED)``: on FAILED the
-    event at that index was not written."""
+    ``ptrs (nblk, 7)``: per block the addresses of its table's ``mean``, ``cov``, ``last_time`` (and
+    ``ref_mean``, ``cross``, ``ref_cov`` when dynamic) and its capacity (the arrays are viewed in
+    place: :class:`KernelPlan` keeps the tensors alive and current). ``icfg``: ``[nblk, nslot,
+    signal, fm linear, cp offset, cp order, cp context, bias, likelihood, dynamic, record, learn,
+    time step, weighted]``, then ``Ks (nblk)``, ``nfeat (nslot)``, ``pfeat (nslot)``, ``voff
+    (nslot + 1)`` and ``sym (nblk)``; ``fcfg``: ``[eps_min, min_var, residual bound, max log-rate,
+    tiny, log α, expm1(2 log α)]``, then ``omegas (nblk)``. ``pcen``/``pcov`` are in the tables'
+    dtype. ``wdt`` (the tables' dtype) and ``w64`` (float64): scratch of the sizes
+    :func:`scratch_sizes` gives.
+    ``noise``: ``[r, Σw, r^{−1/2}]`` of the Gaussian, updated after each learned event. ``sym[b]``:
+    block ``b``'s table holds exactly symmetric covariances (its prior's is: every update and
+    predict symmetrises), so the symmetrisation is the identity and is skipped.
+
+    With ``record``, each event's one-step-ahead prediction is written to ``rec[j]`` before the
+    event is learned: ``[λ, Var λ, r, a, b]`` at the predicted blocks, a block new at that event
+    (``newat[b, j]``) at its prior ``N(pcen[b], pcov[b])`` (as an unseen id is predicted), with
+    ``(a, b)`` the predictive (Gaussian: mean and standard deviation with the noise ``r``; Poisson:
+    mean and standard deviation; Bernoulli: the probit probabilities of 0 and 1). Without
+    ``learn`` nothing is written to the tables (a block new at ``j`` is not read: its row may be
+    anything); with time step 0 every event is at time ``t0 + 1`` (a batch of predictions).
+    Returns ``(events done, OK or FAILED)``: on FAILED the event at that index was not written."""
     n = Y.shape[0]
-    dt = means[0].dtype
+    dt = pcen.dtype
+    nblk, nslot, sig, fm_lin = icfg[0], icfg[1], icfg[2], icfg[3]
+    Ks = icfg[_HEAD:_HEAD + nblk]
+    nfeat = icfg[_HEAD + nblk:_HEAD + nblk + nslot]
+    pfeat = icfg[_HEAD + nblk + nslot:_HEAD + nblk + 2 * nslot]
+    voff = icfg[_HEAD + nblk + 2 * nslot:_HEAD + nblk + 3 * nslot + 1]
+    sym = icfg[_HEAD + nblk + 3 * nslot + 1:_HEAD + 2 * nblk + 3 * nslot + 1]
+    omegas = fcfg[7:7 + nblk]
+    cp_off, cp_order, cp_ctx, has_bias = icfg[4], icfg[5], icfg[6], icfg[7] != 0
+    lik, dynamic, record, learn = icfg[8], icfg[9] != 0, icfg[10] != 0, icfg[11] != 0
+    t_step, has_w = icfg[12], icfg[13] != 0
+    eps_min, min_var, bound, max_log_rate, tiny = fcfg[0], fcfg[1], fcfg[2], fcfg[3], fcfg[4]
+    log_alpha, g_den = fcfg[5], fcfg[6]
     Kmax = 1
     for b in range(nblk):
         if Ks[b] > Kmax:
             Kmax = Ks[b]
-    PM = np.empty((nblk, Kmax), dtype=dt)
-    PC = np.empty((nblk, Kmax, Kmax), dtype=dt)
-    nr = nblk if dynamic else 1
-    PRM = np.empty((nr, Kmax), dtype=dt)
-    PX = np.empty((nr, Kmax, Kmax), dtype=dt)
-    PRC = np.empty((nr, Kmax, Kmax), dtype=dt)
-    PRED = np.zeros(nblk, dtype=np.bool_)  # brought forward (Δ > 0): the covariances are in PC, PX
-    J = np.zeros((nblk, Kmax))
-    Q = np.empty(Kmax)
-    Q0 = np.empty(Kmax)
-    Z = np.empty(Kmax)
-    Z0 = np.empty(Kmax)
-    QQ = np.empty((nblk, Kmax))
-    s1 = np.empty(Kmax)
+    # scratch (passed in: no allocation per call)
+    kk = nblk * Kmax
+    kk2 = kk * Kmax
+    PM = wdt[0:kk].reshape((nblk, Kmax))
+    PMp = wdt[kk:2 * kk].reshape((nblk, Kmax))
+    PRM = wdt[2 * kk:3 * kk].reshape((nblk, Kmax))
+    PC = wdt[3 * kk:3 * kk + kk2].reshape((nblk, Kmax, Kmax))
+    PX = wdt[3 * kk + kk2:3 * kk + 2 * kk2].reshape((nblk, Kmax, Kmax))
+    PRC = wdt[3 * kk + 2 * kk2:3 * kk + 3 * kk2].reshape((nblk, Kmax, Kmax))
+    J = w64[0:kk].reshape((nblk, Kmax))
+    Jp = w64[kk:2 * kk].reshape((nblk, Kmax))
+    QQ = w64[2 * kk:3 * kk].reshape((nblk, Kmax))
+    o = 3 * kk
+    Q = w64[o:o + Kmax]
+    Q0 = w64[o + Kmax:o + 2 * Kmax]
+    Z = w64[o + 2 * Kmax:o + 3 * Kmax]
+    Z0 = w64[o + 3 * Kmax:o + 4 * Kmax]
+    s1 = w64[o + 4 * Kmax:o + 5 * Kmax]
+    PRED = w64[o + 5 * Kmax:o + 5 * Kmax + nblk]  # brought forward (Δ > 0): the covariances are in PC, PX
+    for b in range(nblk):
+        for i in range(Kmax):
+            J[b, i] = 0.0
+            Jp[b, i] = 0.0
     for j in range(n):
-        t = t0 + j + 1
+        t = t0 + 1 + j * t_step
         wj = w[j] if has_w else 1.0
         # 1. the blocks, brought forward (into scratch; an unmoved block's covariances are read in place)
         for b in range(nblk):
+            PRED[b] = 0.0
+            if record and not learn and newat[b, j]:
+                continue
             r = rows[b, j]
             K = Ks[b]
-            mean = means[b]
-            cov = covs[b]
+            mean = _mat(ptrs, b, _MEAN, K, pcen)
+            cov = _cube(ptrs, b, _COV, K, pcen)
             delta = 0
             if dynamic:
-                delta = t - lasts[b][r]
+                delta = t - _times(ptrs, b, rows)[r]
                 if delta < 0:
                     delta = 0
-            PRED[b] = delta > 0
+            PRED[b] = 1.0 if delta > 0 else 0.0
             if delta > 0:
                 a = math.exp(delta * log_alpha)
                 g = math.expm1(2.0 * delta * log_alpha) / g_den
-                rm = ref_means[b]
-                cr = crosses[b]
-                rc = ref_covs[b]
+                rm = _mat(ptrs, b, _REF_MEAN, K, pcen)
+                cr = _cube(ptrs, b, _CROSS, K, pcen)
+                rc = _cube(ptrs, b, _REF_COV, K, pcen)
                 gom = g * omegas[b]
                 aa = a * a
                 oa2 = (1.0 - a) * (1.0 - a)
@@ -128,108 +296,67 @@ def factorization_events(rows, vals, voff, Y, w, has_w, t0, means, covs, lasts, 
                 for i in range(K):
                     PM[b, i] = mean[r, i]
                 if dynamic:
-                    rm = ref_means[b]
+                    rm = _mat(ptrs, b, _REF_MEAN, K, pcen)
                     for i in range(K):
                         PRM[b, i] = rm[r, i]
+        # 1b. the one-step-ahead prediction (a block new at this event: its prior)
+        if record:
+            for b in range(nblk):
+                if newat[b, j]:
+                    for i in range(Ks[b]):
+                        PMp[b, i] = pcen[b, i]
+                else:
+                    for i in range(Ks[b]):
+                        PMp[b, i] = PM[b, i]
+            lamp = _signal(PMp, Jp, vals[j], voff, nslot, Ks, nfeat, pfeat, sig, fm_lin, cp_off, cp_order, cp_ctx,
+                           has_bias, s1)
+            quad = 0.0
+            for b in range(nblk):
+                K = Ks[b]
+                src = pcov[b] if newat[b, j] else (PC[b] if PRED[b] != 0.0 else _cube(ptrs, b, _COV, K, pcen)[rows[b, j]])
+                for i in range(K):
+                    v = 0.0
+                    for k in range(K):
+                        v += src[i, k] * Jp[b, k]
+                    quad += Jp[b, i] * v
+            rv = noise[0]
+            rec[j, 0] = lamp
+            rec[j, 1] = quad
+            rec[j, 2] = rv
+            if lik == LIK_POISSON:
+                vq = min(quad, 60.0)
+                m = math.exp(min(lamp + 0.5 * vq, max_log_rate))
+                rec[j, 3] = m
+                rec[j, 4] = math.sqrt(math.expm1(vq) * m * m + m)
+            elif lik == LIK_BERNOULLI:
+                z = lamp / math.sqrt(1.0 + (math.pi / 8.0) * quad)
+                p1 = 1.0 / (1.0 + math.exp(-z))
+                rec[j, 3] = 1.0 - p1
+                rec[j, 4] = p1
+            else:
+                rec[j, 3] = lamp
+                rec[j, 4] = math.sqrt(quad + rv)
+            if not learn:
+                continue
         if wj <= 0.0:  # skipped: the clock and the predict only
             if dynamic:
                 for b in range(nblk):
                     r = rows[b, j]
                     K = Ks[b]
-                    if PRED[b]:
+                    if PRED[b] != 0.0:
+                        mean = _mat(ptrs, b, _MEAN, K, pcen)
+                        cov = _cube(ptrs, b, _COV, K, pcen)
+                        cr = _cube(ptrs, b, _CROSS, K, pcen)
                         for i in range(K):
-                            means[b][r, i] = PM[b, i]
+                            mean[r, i] = PM[b, i]
                             for k in range(K):
-                                covs[b][r, i, k] = PC[b, i, k]
-                                crosses[b][r, i, k] = PX[b, i, k]
-                    lasts[b][r] = t
+                                cov[r, i, k] = PC[b, i, k]
+                                cr[r, i, k] = PX[b, i, k]
+                    _times(ptrs, b, rows)[r] = t
             continue
         # 2. the signal and its gradient per block
-        lam = 0.0
-        if sig == SIG_LINEAR:
-            for s in range(nslot):
-                term = 0.0
-                for f in range(nfeat[s]):
-                    x = vals[j, voff[s] + f]
-                    term += x * PM[s, f]
-                    J[s, f] = x
-                lam += term
-        elif sig == SIG_FM2:
-            p = pfeat[0]
-            na = p - fm_lin
-            lin = 0.0
-            for k in range(na):
-                s1[k] = 0.0
-            for s in range(nslot):
-                for f in range(nfeat[s]):
-                    x = vals[j, voff[s] + f]
-                    if fm_lin:
-                        lin += x * PM[s, f * p]
-                    for k in range(na):
-                        y = x * PM[s, f * p + fm_lin + k]
-                        s1[k] += y
-            term = 0.0
-            for k in range(na):
-                q2 = 0.0
-                for s in range(nslot):
-                    for f in range(nfeat[s]):
-                        y = vals[j, voff[s] + f] * PM[s, f * p + fm_lin + k]
-                        q2 += y * y
-                term += s1[k] * s1[k] - q2
-            lam = lin + 0.5 * term
-            for s in range(nslot):
-                for f in range(nfeat[s]):
-                    x = vals[j, voff[s] + f]
-                    if fm_lin:
-                        J[s, f * p] = x
-                    for k in range(na):
-                        J[s, f * p + fm_lin + k] = x * (s1[k] - x * PM[s, f * p + fm_lin + k])
-        else:  # CP / MF: modes 0..q−1 ([b,] ξ), then the context slot
-            q = cp_order
-            na = Ks[0] - cp_off
-            for l in range(na):
-                prod = PM[0, cp_off + l]
-                for i in range(1, q):
-                    prod *= PM[i, cp_off + l]
-                lam += prod
-            if cp_off:
-                for i in range(q):
-                    lam += PM[i, 0]
-                    J[i, 0] = 1.0
-            for i in range(q):
-                for l in range(na):
-                    if q == 2:
-                        o = PM[1 - i, cp_off + l]
-                    else:
-                        has_p = i > 0
-                        pre = 1.0
-                        if has_p:
-                            pre = PM[0, cp_off + l]
-                            for m in range(1, i):
-                                pre *= PM[m, cp_off + l]
-                        has_s = i < q - 1
-                        suf = 1.0
-                        if has_s:
-                            suf = PM[q - 1, cp_off + l]
-                            for m in range(q - 2, i, -1):
-                                suf *= PM[m, cp_off + l]
-                        if has_p and has_s:
-                            o = pre * suf
-                        elif has_p:
-                            o = pre
-                        else:
-                            o = suf
-                    J[i, cp_off + l] = o
-            if cp_ctx:
-                term = 0.0
-                for f in range(nfeat[q]):
-                    x = vals[j, voff[q] + f]
-                    term += x * PM[q, f]
-                    J[q, f] = x
-                lam += term
-        if has_bias:
-            lam += PM[nslot, 0]
-            J[nslot, 0] = 1.0
+        lam = _signal(PM, J, vals[j], voff, nslot, Ks, nfeat, pfeat, sig, fm_lin, cp_off, cp_order, cp_ctx,
+                      has_bias, s1)
         if not np.isfinite(lam):
             return j, FAILED
         # 3. whitening (H = c J, e)
@@ -279,7 +406,7 @@ def factorization_events(rows, vals, voff, Y, w, has_w, t0, means, covs, lasts, 
         acc = 0.0
         for b in range(nblk):
             K = Ks[b]
-            src = PC[b] if PRED[b] else covs[b][rows[b, j]]
+            src = PC[b] if PRED[b] != 0.0 else _cube(ptrs, b, _COV, K, pcen)[rows[b, j]]
             hq = 0.0
             for i in range(K):
                 v = 0.0
@@ -296,7 +423,7 @@ def factorization_events(rows, vals, voff, Y, w, has_w, t0, means, covs, lasts, 
         for b in range(nblk):
             K = Ks[b]
             r = rows[b, j]
-            src = PC[b] if PRED[b] else covs[b][r]
+            src = PC[b] if PRED[b] != 0.0 else _cube(ptrs, b, _COV, K, pcen)[r]
             for i in range(K):
                 Q[i] = QQ[b, i]
                 Z[i] = Q[i] / L
@@ -320,8 +447,8 @@ def factorization_events(rows, vals, voff, Y, w, has_w, t0, means, covs, lasts, 
                         PC[b, k, i] = v
                         chk += v * 0.0
             if dynamic:
-                srx = PX[b] if PRED[b] else crosses[b][r]
-                rc = ref_covs[b]
+                srx = PX[b] if PRED[b] != 0.0 else _cube(ptrs, b, _CROSS, K, pcen)[r]
+                rc = _cube(ptrs, b, _REF_COV, K, pcen)
                 for i in range(K):
                     v = 0.0
                     for k in range(K):
@@ -353,22 +480,22 @@ def factorization_events(rows, vals, voff, Y, w, has_w, t0, means, covs, lasts, 
         for b in range(nblk):
             r = rows[b, j]
             K = Ks[b]
-            mean = means[b]
-            cov = covs[b]
+            mean = _mat(ptrs, b, _MEAN, K, pcen)
+            cov = _cube(ptrs, b, _COV, K, pcen)
             for i in range(K):
                 mean[r, i] = PM[b, i]
                 for k in range(K):
                     cov[r, i, k] = PC[b, i, k]
             if dynamic:
-                rm = ref_means[b]
-                cr = crosses[b]
-                rc = ref_covs[b]
+                rm = _mat(ptrs, b, _REF_MEAN, K, pcen)
+                cr = _cube(ptrs, b, _CROSS, K, pcen)
+                rc = _cube(ptrs, b, _REF_COV, K, pcen)
                 for i in range(K):
                     rm[r, i] = PRM[b, i]
                     for k in range(K):
                         cr[r, i, k] = PX[b, i, k]
                         rc[r, i, k] = PRC[b, i, k]
-                lasts[b][r] = t
+                _times(ptrs, b, rows)[r] = t
         noise[0] = r_new
         noise[1] = tot_new
         noise[2] = sc_new
@@ -376,6 +503,12 @@ def factorization_events(rows, vals, voff, Y, w, has_w, t0, means, covs, lasts, 
 
 
 # -- Python side ---------------------------------------------------------------------------------------
+
+def scratch_sizes(nblk: int, Kmax: int):
+    """Sizes of the scratch arrays ``(wdt, w64)`` of :func:`factorization_events`."""
+    kk = nblk * Kmax
+    return 3 * kk + 3 * kk * Kmax, 3 * kk + 5 * Kmax + nblk
+
 
 def _codes(filt):
     """``(signal code, fm linear, cp offset, cp order, cp context, likelihood code)`` or None."""
@@ -479,7 +612,199 @@ def _contiguous(table):
             setattr(table, name, value.contiguous())
 
 
-def run_events_compiled(filt, slot_ids, values, Y, weights) -> int:
+class KernelPlan:
+    """What :func:`factorization_events` needs of a filter (:func:`serves` accepts it), built once:
+    its configuration, the prior of an unseen entity per block, and the tables' arrays (NumPy views
+    of the tensors, refreshed when a table's tensors are replaced: growth, ``to``). With a Gaussian
+    likelihood the filter's noise state becomes tensors viewing the plan's ``noise`` array, which the
+    kernel updates in place. Cached on the filter (:func:`kernel_plan`); one-event calls
+    (:meth:`predict_one`, :meth:`learn_one`) cost a few µs."""
+
+    def __init__(self, filt):
+        sig, fm_lin, cp_off, cp_order, cp_ctx, lik = _codes(filt)
+        self.filt = filt
+        self.dtype = filt.dtype
+        self.np_dtype = np.float64 if filt.dtype == torch.float64 else np.float32
+        self.dynamic = dynamic = filt.alpha is not None
+        self.names = [s.name for s in filt.slots] + (["bias"] if filt.has_bias else [])
+        self.nslot, self.nblk = len(filt.slots), len(self.names)
+        self.tables = [filt.tables[k] for k in self.names]
+        self.lik = lik
+        nblk = self.nblk
+        lk = filt.likelihood
+        bound = getattr(lk, "residual_bound", None)
+        log_alpha = math.log(filt.alpha) if dynamic else 0.0
+        self.Ks = np.array([t.K for t in self.tables], dtype=np.int64)
+        nfeat = np.array([s.n_features for s in filt.slots], dtype=np.int64)
+        pfeat = np.array([filt.signal.params_per_feature(s) for s in range(self.nslot)], dtype=np.int64)
+        voff = np.concatenate([[0], np.cumsum(nfeat)]).astype(np.int64)
+        self.n_values = int(voff[-1])
+        # a table whose prior covariance is exactly symmetric holds only exactly symmetric covariances
+        sym = np.array([int(torch.equal(t._prior_cov, t._prior_cov.T)) for t in self.tables], dtype=np.int64)
+        head = [nblk, self.nslot, sig, fm_lin, cp_off, cp_order, cp_ctx, int(filt.has_bias), lik, int(dynamic), 0, 1,
+                1, 0]
+        assert len(head) == _HEAD
+        self.icfg = np.concatenate([head, self.Ks, nfeat, pfeat, voff, sym]).astype(np.int64)
+        omegas = [float(filt.omega[k][0]) if dynamic else 0.0 for k in self.names]
+        self.fcfg = np.array([float(getattr(lk, "eps_min", 0.0)), float(getattr(lk, "min_variance", 0.0)),
+                              -1.0 if bound is None else float(bound), float(getattr(lk, "max_log_rate", 30.0)),
+                              float(torch.finfo(filt.dtype).eps) ** 2, log_alpha,
+                              math.expm1(2.0 * log_alpha) if dynamic else 1.0] + omegas, dtype=np.float64)
+        Kmax = int(self.Ks.max())
+        self.pcen = np.zeros((nblk, Kmax), dtype=self.np_dtype)
+        self.pcov = np.zeros((nblk, Kmax, Kmax), dtype=self.np_dtype)
+        for b, name in enumerate(self.names):  # an unseen id: FactorizationFilter._prior_blocks
+            K = int(self.Ks[b])
+            table = filt.tables[name]
+            _, cov, _ = table.new_blocks(0)
+            cov = cov + torch.diag(torch.as_tensor(table.prior.jitter ** 2, dtype=filt.dtype, device=filt.device))
+            self.pcen[b, :K] = table.prior.mean
+            self.pcov[b, :K, :K] = cov.cpu().numpy()
+        self.noise = np.zeros(3, dtype=self.np_dtype)
+        self._noise_dict = None
+        size_dt, size_64 = scratch_sizes(nblk, Kmax)
+        self.wdt = np.zeros(size_dt, dtype=self.np_dtype)
+        self.w64 = np.zeros(size_64, dtype=np.float64)
+        self._tensors = ()
+        # one-event buffers
+        self.rows1 = np.zeros((nblk, 1), dtype=np.int64)
+        self.new1 = np.zeros((nblk, 1), dtype=np.bool_)
+        self.y1 = np.zeros(1, dtype=np.float64)
+        self.rec1 = np.zeros((1, 5), dtype=np.float64)
+        self.icfg_predict = self.icfg.copy()
+        self.icfg_predict[10:13] = (1, 0, 0)
+        self._dummy_new = np.zeros((1, 1), dtype=np.bool_)
+        self._dummy_rec = np.zeros((1, 5), dtype=np.float64)
+        self._ones = np.ones(1)
+        self.refresh()
+
+    def current(self) -> bool:
+        """Whether the arrays still view the tables' tensors."""
+        for t, tensors in zip(self.tables, self._tensors):
+            if t.mean is not tensors[0] or t.cov is not tensors[1] or t.last_time is not tensors[2]:
+                return False
+            if self.dynamic and (t.ref_mean is not tensors[3] or t.cross is not tensors[4]
+                                 or t.ref_cov is not tensors[5]):
+                return False
+        return True
+
+    def refresh(self):
+        """View the tables' current tensors: their addresses and capacities (``ptrs``)."""
+        for t in self.tables:
+            _contiguous(t)
+        self._tensors = tuple(tuple(getattr(t, name) for name in t._fields()) for t in self.tables)
+        ptrs = np.zeros((self.nblk, 7), dtype=np.int64)
+        for b, tensors in enumerate(self._tensors):
+            for field, tensor in enumerate(tensors):
+                ptrs[b, field] = tensor.data_ptr()
+            ptrs[b, _CAP] = tensors[0].shape[0]
+        self.ptrs = ptrs
+
+    def noise_array(self):
+        """The noise state the kernel reads and updates (the filter's noise tensors view it)."""
+        f = self.filt
+        if self.lik in (LIK_GAUSSIAN, LIK_ADAPTIVE) and f.noise is not self._noise_dict:
+            buf = np.zeros(3, dtype=self.np_dtype)
+            buf[0] = float(f.noise["r"].reshape(-1)[0])
+            buf[1] = float(f.noise["weight"])
+            buf[2] = float(f.noise["scale"].reshape(-1)[0])
+            view = {"r": torch.from_numpy(buf[0:1]), "weight": torch.from_numpy(buf[1:2]).reshape(()),
+                    "scale": torch.from_numpy(buf[2:3]).reshape(1, 1)}
+            f.noise = self._noise_dict = view
+            self.noise = buf
+        return self.noise
+
+    def call(self, rows, newat, vals, Y, w, t0, icfg, rec):
+        if not self.current():
+            self.refresh()
+        return factorization_events(rows, newat, vals, Y, self._ones if w is None else w, t0, self.ptrs, icfg,
+                                    self.fcfg, self.pcen, self.pcov, self.noise_array(), rec, self.wdt, self.w64)
+
+    # -- one event ----------------------------------------------------------------------------------
+    def predict_one(self, keys, vals):
+        """``[λ, Var λ, r, a, b]`` (:func:`factorization_events`) of one event at the next step:
+        ``keys`` the id of each block (its table's key: 0 for the context and the bias), ``vals``
+        ``(1, n_values)`` float64. Writes nothing."""
+        rows, new = self.rows1, self.new1
+        for b, (table, key) in enumerate(zip(self.tables, keys)):
+            r = table.ids.get(key)
+            if r is None:
+                new[b, 0] = True
+                rows[b, 0] = 0
+            else:
+                new[b, 0] = False
+                rows[b, 0] = r
+        self.call(rows, new, vals, self.y1, None, self.filt.time, self.icfg_predict, self.rec1)
+        return self.rec1[0]
+
+    def learn_one(self, keys, vals, y):
+        """Learn one event (as ``filt.step``); on a numerical failure nothing is kept (its new entities
+        are dropped with their prior draws) and :class:`~skfilter.exceptions.FilterStepError` is raised."""
+        from ..exceptions import FilterStepError
+
+        f = self.filt
+        t0 = f.time
+        rows = self.rows1
+        created = None
+        for b, (table, key) in enumerate(zip(self.tables, keys)):
+            r = table.ids.get(key)
+            if r is None:
+                if created is None:
+                    created = []
+                created.append((table, table.n_entities, table.generator_state))
+                r = table.add(key, t0 + 1)
+            rows[b, 0] = r
+        self.y1[0] = y
+        done, status = self.call(rows, self._dummy_new, vals, self.y1, None, t0, self.icfg, self._dummy_rec)
+        if status == OK:
+            f.time = t0 + 1
+            return
+        for table, n0, state in created or ():
+            table.forget_after(n0)
+            table.generator_state = state
+        err = FilterStepError("The DEKF step of the event produced a non-finite value or an innovation that is not "
+                              "positive; the last good belief is kept. Try a smaller prior_variance, a larger "
+                              "obs_variance, or iterations > 1.")
+        err.rows_done = 0
+        raise err
+
+
+def kernel_plan(filt) -> KernelPlan:
+    """The :class:`KernelPlan` of ``filt`` (one :func:`serves` accepts), cached on it."""
+    plan = filt.__dict__.get("_kernel_plan")
+    if plan is None or plan.dtype != filt.dtype or plan.filt is not filt:
+        plan = KernelPlan(filt)
+        filt.__dict__["_kernel_plan"] = plan
+    return plan
+
+
+def _values_array(values, n):
+    vals = [np.asarray(v.detach().cpu().numpy(), dtype=np.float64).reshape(n, -1) for v in values]
+    return np.ascontiguousarray(np.concatenate(vals, axis=1)) if vals else np.zeros((n, 0))
+
+
+def predict_events_compiled(filt, slot_ids, values) -> np.ndarray:
+    """``[λ, Var λ, r, a, b]`` per event (:func:`factorization_events`, ``(n, 5)`` float64) of ``n``
+    events at the next step, as :meth:`~skfilter.factorization.model.FactorizationFilter.linearized`
+    (the blocks brought forward to ``time + 1``, an unseen id at its prior; nothing is written)."""
+    if not serves(filt):
+        raise ValueError("predict_events_compiled does not serve this filter (see serves).")
+    plan = kernel_plan(filt)
+    n = len(values[0]) if values else len(slot_ids[0])
+    rows = np.zeros((plan.nblk, n), dtype=np.int64)
+    for b, table in enumerate(plan.tables):
+        keys = slot_ids[b] if b < plan.nslot and slot_ids[b] is not None else None
+        get = table.ids.get
+        rows[b] = np.fromiter((get(k, -1) for k in keys), dtype=np.int64, count=n) if keys is not None else \
+            get(0, -1)
+    newat = rows < 0
+    rows[newat] = 0
+    rec = np.zeros((n, 5), dtype=np.float64)
+    plan.call(rows, newat, _values_array(values, n), np.zeros(n), None, int(filt.time), plan.icfg_predict, rec)
+    return rec
+
+
+def run_events_compiled(filt, slot_ids, values, Y, weights, record=None) -> int:
     """Learn ``n`` events in order into ``filt``'s tables, exactly as ``n`` calls of
     ``filt.step(ids, values, y, weight)`` would (same rows and entity creation order, time stamps
     and noise state).
@@ -493,6 +818,9 @@ def run_events_compiled(filt, slot_ids, values, Y, weights) -> int:
     Y : tensor ``(n, 1)``
     weights : ndarray ``(n,)`` or None
         ``w`` scales the event's precision; ``w <= 0`` skips the update (the clock advances).
+    record : ndarray ``(n, 5)`` float64, optional
+        Filled with each event's one-step-ahead prediction, made before it is learned (as
+        :func:`predict_events_compiled` would give it then): ``[λ, Var λ, r, a, b]``.
 
     Returns
     -------
@@ -513,20 +841,17 @@ def run_events_compiled(filt, slot_ids, values, Y, weights) -> int:
 
     if not serves(filt):
         raise ValueError("run_events_compiled does not serve this filter (see serves); use FactorizationFilter.step.")
-    codes = _codes(filt)
-    sig, fm_lin, cp_off, cp_order, cp_ctx, lik = codes
     n = int(Y.shape[0])
     if n == 0:
         return 0
+    plan = kernel_plan(filt)
     t0 = int(filt.time)
-    dynamic = filt.alpha is not None
-    names = [s.name for s in filt.slots] + (["bias"] if filt.has_bias else [])
-    nslot = len(filt.slots)
-    nblk = len(names)
-    tables = [filt.tables[k] for k in names]
+    nslot, nblk = plan.nslot, plan.nblk
+    tables = plan.tables
     rng_states = [t.generator_state for t in tables]
     sizes = [(t.n_entities, len(t.ids)) for t in tables]
     rows = np.empty((nblk, n), dtype=np.int64)
+    newat = np.zeros((nblk, n) if record is not None else (1, 1), dtype=np.bool_)
     created = []
     for b, (slot, table) in enumerate(zip(filt.slots + [None] * (nblk - nslot), tables)):
         keys = None if slot is None or slot.context else slot_ids[b]
@@ -534,61 +859,18 @@ def run_events_compiled(filt, slot_ids, values, Y, weights) -> int:
             raise ValueError(f"slot {slot.name!r} has {len(keys)} ids for {n} events.")
         rows[b], new, first = _table_rows(table, keys, n, t0)
         created.append((new, first))
-    for t in tables:
-        _contiguous(t)
-    vals = [np.asarray(v.detach().cpu().numpy(), dtype=np.float64).reshape(n, -1) for v in values]
-    voff = np.zeros(nslot + 1, dtype=np.int64)
-    for s, v in enumerate(vals):
-        voff[s + 1] = voff[s] + v.shape[1]
-    vals = np.ascontiguousarray(np.concatenate(vals, axis=1)) if vals else np.zeros((n, 0))
+        if record is not None:
+            newat[b, first] = True
+    vals = _values_array(values, n)
     Yn = np.ascontiguousarray(np.asarray(Y.detach().cpu().numpy(), dtype=np.float64).reshape(n))
     has_w = weights is not None
-    w = np.ascontiguousarray(np.asarray(weights, dtype=np.float64).reshape(n)) if has_w else np.ones(1)
-    np_dtype = np.float64 if filt.dtype == torch.float64 else np.float32
-    Ks = np.array([t.K for t in tables], dtype=np.int64)
-    nfeat = np.array([s.n_features for s in filt.slots], dtype=np.int64)
-    pfeat = np.array([filt.signal.params_per_feature(s) for s in range(nslot)], dtype=np.int64)
-    # per-block arrays, padded to a multiple of 8 blocks (one compiled variant per dtype up to 8 blocks)
-    width = 8 * ((nblk + 7) // 8)
-    dummy2 = np.zeros((1, 1), dtype=np_dtype)
-    dummy3 = np.zeros((1, 1, 1), dtype=np_dtype)
-    dummy1 = np.zeros(1, dtype=np.int64)
-    pad = width - nblk
-
-    def arrays(name, dummy):
-        out = [getattr(t, name).numpy() for t in tables] if (dynamic or name in ("mean", "cov", "last_time")) \
-            else [dummy] * nblk
-        return tuple(out + [dummy] * pad)
-
-    means, covs, lasts = arrays("mean", dummy2), arrays("cov", dummy3), arrays("last_time", dummy1)
-    ref_means, crosses, ref_covs = arrays("ref_mean", dummy2), arrays("cross", dummy3), arrays("ref_cov", dummy3)
-    omegas = np.array([float(filt.omega[k][0]) if dynamic else 0.0 for k in names], dtype=np.float64)
-    log_alpha = math.log(filt.alpha) if dynamic else 0.0
-    g_den = math.expm1(2.0 * log_alpha) if dynamic else 1.0
-    lk = filt.likelihood
-    noise = np.zeros(3, dtype=np_dtype)
-    if lik in (LIK_GAUSSIAN, LIK_ADAPTIVE):
-        noise[0] = float(filt.noise["r"][0])
-        noise[1] = float(filt.noise["weight"])
-        noise[2] = float(filt.noise["scale"].reshape(-1)[0])
-    eps_min = float(getattr(lk, "eps_min", 0.0))
-    min_var = float(getattr(lk, "min_variance", 0.0))
-    bound = getattr(lk, "residual_bound", None)
-    bound = -1.0 if bound is None else float(bound)
-    max_log_rate = float(getattr(lk, "max_log_rate", 30.0))
-    tiny = float(torch.finfo(filt.dtype).eps) ** 2
-    # a table whose prior covariance is exactly symmetric holds only exactly symmetric covariances
-    sym = np.array([bool(torch.equal(t._prior_cov, t._prior_cov.T)) for t in tables], dtype=np.bool_)
-    done, status = factorization_events(
-        rows, vals, voff, Yn, w, has_w, t0, means, covs, lasts, ref_means, crosses, ref_covs, nblk, nslot, Ks, nfeat,
-        pfeat, sig, fm_lin, cp_off, cp_order, cp_ctx, bool(filt.has_bias), lik, noise, eps_min, min_var, bound,
-        max_log_rate, tiny, dynamic, log_alpha, g_den, omegas, sym)
+    w = np.ascontiguousarray(np.asarray(weights, dtype=np.float64).reshape(n)) if has_w else None
+    icfg = plan.icfg.copy()
+    icfg[10], icfg[13] = int(record is not None), int(has_w)
+    rec = record if record is not None else np.zeros((1, 5))
+    done, status = plan.call(rows, newat, vals, Yn, w, t0, icfg, rec)
     done = int(done)
     filt.time = t0 + done
-    if lik == LIK_ADAPTIVE and done > 0:
-        opts = {"dtype": filt.dtype, "device": filt.device}
-        filt.noise = {"r": torch.tensor([noise[0]], **opts), "weight": torch.tensor(noise[1], **opts),
-                      "scale": torch.tensor([[noise[2]]], **opts)}
     if status == OK:
         return done
     # undo the entities first seen at the failing event or later (and their prior draws)
