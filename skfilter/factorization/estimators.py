@@ -78,6 +78,8 @@ def _is_numeric_dtype(dtype) -> bool:
 
 
 _ENV_KEY = "SKFILTER_COMPILED"
+_ENV_DATA = getattr(os.environ, "_data", None)  # CPython's mapping behind os.environ
+_ENV_RAW_KEY = os.environ.encodekey(_ENV_KEY) if hasattr(os.environ, "encodekey") else None
 _env_seen = [object(), False]  # the raw value of the variable last seen, and enabled() then
 
 
@@ -86,10 +88,9 @@ def _kernels_on() -> bool:
     flag = getattr(_kernel_state, "enabled", None)
     if flag is not None:
         return bool(_KERNELS_AVAILABLE and flag)
-    data = getattr(os.environ, "_data", None)
-    if data is None:
+    if _ENV_DATA is None or _ENV_RAW_KEY is None:
         return _kernels_enabled()
-    raw = data.get(os.environ.encodekey(_ENV_KEY))
+    raw = _ENV_DATA.get(_ENV_RAW_KEY)
     if raw is not _env_seen[0]:
         _env_seen[:] = [raw, _kernels_enabled()]
     return _env_seen[1]
@@ -133,7 +134,6 @@ class _OneRow:
         self.dtypes = set()  # of arrays
         self.frame = pd.DataFrame
         self.col_data = None  # the column labels' array of a DataFrame that passed
-        self.col_dtypes = None
         self.categories = {}
         self.ent = tuple(est.entity_columns_)
         self.ctx = tuple(j for j in range(self.width) if j not in self.ent)
@@ -154,34 +154,70 @@ class _OneRow:
         self.vals = np.zeros((1, plan.n_values))
         self.vals[0, :len(self.ent)] = 1.0
 
+    def remember_frame(self, X):
+        """Accept DataFrames with the columns (names, dtypes and block layout) of ``X``, which passed."""
+        import pandas as pd
+
+        self.names_list = list(self.names)
+        layout = []
+        for blk in X._mgr.blocks:
+            values = blk.values
+            cols = blk.mgr_locs.indexer
+            if not isinstance(cols, slice) or (cols.step or 1) != 1:
+                layout = None
+                break
+            kind = "numpy" if type(values) is np.ndarray else "category" if isinstance(values.dtype, pd.CategoricalDtype) \
+                else "arrow" if hasattr(values, "_pa_array") else "other"
+            if kind != "numpy" and cols.stop - cols.start != 1:
+                layout = None
+                break
+            layout.append((type(values), values.dtype, cols, kind))
+        self.layout = None if layout is None else tuple(layout)
+        self.row = [None] * self.width
+        self.strings = {}
+        self.col_data = X.columns._data
+
     def frame_row(self, X):
-        """The values of the one row of the DataFrame ``X`` as Python objects, or None when its
-        columns or their dtypes are not those that passed, or a value is not plain."""
-        if self.col_data is None or X.columns._data is not self.col_data:
-            if self.col_data is None or X.columns.tolist() != self.names_list:
-                return None
+        """The values of the one row of the DataFrame ``X`` as Python objects (as
+        ``np.asarray(column, dtype=object)`` gives them), or None when its columns, their dtypes or
+        its block layout are not those that passed, or a value is missing."""
         mgr = X._mgr
-        if len(X.index) != 1:
+        axes = mgr.axes
+        if axes[0]._data is not self.col_data and axes[0].tolist() != self.names_list:
             return None
-        row = []
-        for j, dtype in enumerate(self.col_dtypes):
-            arr = mgr.iget_values(j)
-            if arr.dtype is not dtype and arr.dtype != dtype:
+        if len(axes[1]) != 1 or self.layout is None:
+            return None
+        blocks = mgr.blocks
+        if len(blocks) != len(self.layout):
+            return None
+        row = self.row
+        for blk, (vtype, dtype, cols, kind) in zip(blocks, self.layout):
+            values = blk.values
+            if type(values) is not vtype or (values.dtype is not dtype and values.dtype != dtype) \
+                    or blk.mgr_locs.indexer != cols:
                 return None
-            if type(arr) is np.ndarray:
-                v = arr[0]
-            elif isinstance(dtype, self.categorical):
-                code = int(arr._codes[0])
-                cats = self.categories.get(id(dtype))
-                if cats is None or cats[0] is not dtype:
-                    cats = (dtype, dtype.categories.tolist())
-                    self.categories[id(dtype)] = cats
+            c = cols.start
+            if kind == "numpy":
+                row[c:cols.stop] = values[:, 0].tolist()
+            elif kind == "category":
+                code = int(values._codes[0])
                 if code < 0:
                     return None
-                v = cats[1][code]
+                cats = self.categories.get(id(dtype))
+                if cats is None or cats[0] is not dtype:
+                    cats = self.categories[id(dtype)] = (dtype, dtype.categories.tolist())
+                row[c] = cats[1][code]
+            elif kind == "arrow":  # immutable: the value of the same array is the same
+                pa = values._pa_array
+                seen = self.strings.get(c)
+                if seen is not None and seen[0] is pa:
+                    row[c] = seen[1]
+                else:
+                    v = pa.to_pylist()[0]
+                    self.strings[c] = (pa, v)
+                    row[c] = v
             else:
-                v = arr[0]
-            row.append(v)
+                row[c] = values[0]
         return row
 
 
@@ -545,10 +581,7 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
             if one.names is None and X.ndim == 2 and X.dtype.kind in "biufOU":
                 one.dtypes.add(X.dtype)
         elif type(X) is pd.DataFrame and one.names is not None:
-            one.categorical = pd.CategoricalDtype
-            one.names_list = list(one.names)
-            one.col_data = X.columns._data
-            one.col_dtypes = tuple(X._mgr.iget_values(j).dtype for j in range(X.shape[1]))
+            one.remember_frame(X)
 
     def _fast_row(self, X):
         """``(plan, keys, values)`` of a one-row ``X`` of a kind that passed the full validation before
@@ -564,9 +597,7 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
                 if X.dtype not in one.dtypes or X.shape != one.shape:  # dtypes: none with feature names
                     return None
                 row = X[0].tolist()
-            elif type(X) is one.frame and one.col_dtypes is not None:
-                if X.shape != one.shape:
-                    return None
+            elif type(X) is one.frame and one.col_data is not None:
                 row = one.frame_row(X)
                 if row is None:
                     return None

@@ -43,6 +43,7 @@ import numba
 from numba import njit, types
 from numba.extending import intrinsic
 
+from ..exceptions import FilterStepError
 from . import enabled
 
 __all__ = ["serves", "run_events_compiled", "predict_events_compiled", "kernel_plan", "KernelPlan"]
@@ -669,6 +670,9 @@ class KernelPlan:
         # one-event buffers
         self.rows1 = np.zeros((nblk, 1), dtype=np.int64)
         self.new1 = np.zeros((nblk, 1), dtype=np.bool_)
+        self.rows_flat, self.new_flat = self.rows1[:, 0], self.new1[:, 0]
+        self.gaussian = lik in (LIK_GAUSSIAN, LIK_ADAPTIVE)
+        self._one_args = None
         self.y1 = np.zeros(1, dtype=np.float64)
         self.rec1 = np.zeros((1, 5), dtype=np.float64)
         self.icfg_predict = self.icfg.copy()
@@ -703,7 +707,7 @@ class KernelPlan:
     def noise_array(self):
         """The noise state the kernel reads and updates (the filter's noise tensors view it)."""
         f = self.filt
-        if self.lik in (LIK_GAUSSIAN, LIK_ADAPTIVE) and f.noise is not self._noise_dict:
+        if self.gaussian and f.noise is not self._noise_dict:
             buf = np.zeros(3, dtype=self.np_dtype)
             buf[0] = float(f.noise["r"].reshape(-1)[0])
             buf[1] = float(f.noise["weight"])
@@ -712,6 +716,7 @@ class KernelPlan:
                     "scale": torch.from_numpy(buf[2:3]).reshape(1, 1)}
             f.noise = self._noise_dict = view
             self.noise = buf
+            self._one_args = None
         return self.noise
 
     def call(self, rows, newat, vals, Y, w, t0, icfg, rec):
@@ -721,41 +726,65 @@ class KernelPlan:
                                     self.fcfg, self.pcen, self.pcov, self.noise_array(), rec, self.wdt, self.w64)
 
     # -- one event ----------------------------------------------------------------------------------
+    def _ready(self):
+        """The argument lists of one-event calls, current (tables' tensors, noise state)."""
+        if not self.current():
+            self.refresh()
+            self._one_args = None
+        if self.gaussian and self.filt.noise is not self._noise_dict:
+            self.noise_array()
+        if self._one_args is None:
+            common = (self.ptrs, None, self.fcfg, self.pcen, self.pcov, self.noise, None, self.wdt, self.w64)
+            predict = [self.rows1, self.new1, None, self.y1, self._ones, 0, *common]
+            predict[7], predict[12] = self.icfg_predict, self.rec1
+            learn = [self.rows1, self._dummy_new, None, self.y1, self._ones, 0, *common]
+            learn[7], learn[12] = self.icfg, self._dummy_rec
+            self._one_args = (predict, learn)
+        return self._one_args
+
     def predict_one(self, keys, vals):
         """``[λ, Var λ, r, a, b]`` (:func:`factorization_events`) of one event at the next step:
         ``keys`` the id of each block (its table's key: 0 for the context and the bias), ``vals``
         ``(1, n_values)`` float64. Writes nothing."""
-        rows, new = self.rows1, self.new1
-        for b, (table, key) in enumerate(zip(self.tables, keys)):
+        args = self._ready()[0]
+        rows, new = self.rows_flat, self.new_flat
+        b = 0
+        for table, key in zip(self.tables, keys):
             r = table.ids.get(key)
             if r is None:
-                new[b, 0] = True
-                rows[b, 0] = 0
+                new[b] = True
+                rows[b] = 0
             else:
-                new[b, 0] = False
-                rows[b, 0] = r
-        self.call(rows, new, vals, self.y1, None, self.filt.time, self.icfg_predict, self.rec1)
+                new[b] = False
+                rows[b] = r
+            b += 1
+        args[2] = vals
+        args[5] = self.filt.time
+        factorization_events(*args)
         return self.rec1[0]
 
     def learn_one(self, keys, vals, y):
         """Learn one event (as ``filt.step``); on a numerical failure nothing is kept (its new entities
         are dropped with their prior draws) and :class:`~skfilter.exceptions.FilterStepError` is raised."""
-        from ..exceptions import FilterStepError
-
         f = self.filt
         t0 = f.time
-        rows = self.rows1
+        rows = self.rows_flat
         created = None
-        for b, (table, key) in enumerate(zip(self.tables, keys)):
+        b = 0
+        for table, key in zip(self.tables, keys):
             r = table.ids.get(key)
             if r is None:
                 if created is None:
                     created = []
                 created.append((table, table.n_entities, table.generator_state))
                 r = table.add(key, t0 + 1)
-            rows[b, 0] = r
+            rows[b] = r
+            b += 1
+        args = self._ready()[1]  # after the creations (a table may have grown)
         self.y1[0] = y
-        done, status = self.call(rows, self._dummy_new, vals, self.y1, None, t0, self.icfg, self._dummy_rec)
+        args[2] = vals
+        args[5] = t0
+        done, status = factorization_events(*args)
         if status == OK:
             f.time = t0 + 1
             return
