@@ -151,7 +151,7 @@ class _OneRow:
                 self.classes = None
         plan = self.plan
         self.keys = [0] * plan.nblk
-        self.vals = np.zeros((1, plan.n_values))
+        self.vals = plan.values1  # the kernel's one-event buffer: ids have value 1
         self.vals[0, :len(self.ent)] = 1.0
 
     def remember_frame(self, X):
@@ -654,7 +654,7 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
         if parsed is None:
             return False
         plan, keys, vals = parsed
-        plan.learn_one(keys, vals, target)
+        plan.learn_one(keys, target, vals)
         self.n_samples_seen_ += 1
         self.n_iter_ += 1
         return True

@@ -55,8 +55,8 @@ OK, FAILED = 0, 1
 
 _FASTMATH = {"reassoc", "contract"}
 
-#: the header of the kernel's integer configuration (then Ks, nfeat, pfeat, voff, sym)
-_HEAD = 14
+#: the header of the kernel's integer configuration (then Ks, nfeat, pfeat, voff, sym, ptrs)
+_HEAD = 15
 #: the fields of a block's row of ``ptrs``: the addresses of its table's arrays, then its capacity
 _MEAN, _COV, _LAST, _REF_MEAN, _CROSS, _REF_COV, _CAP = range(7)
 
@@ -183,23 +183,30 @@ def _signal(P, J, v, voff, nslot, Ks, nfeat, pfeat, sig, fm_lin, cp_off, cp_orde
 
 
 @njit(cache=True, nogil=True, fastmath=_FASTMATH)
-def factorization_events(rows, newat, vals, Y, w, t0, ptrs, icfg, fcfg, pcen, pcov, noise, rec, wdt, w64):
+def factorization_events(rows2, data, icfg, f64s, dts):
     """Learn (and/or predict) the events ``j = 0..n−1`` (time ``t0 + j + 1``) into the tables, in order.
 
-    ``rows (nblk, n)``: each block's table row per event (slots, then the bias); ``vals (n, Σ n_s)``
-    the slots' feature values (slot ``s`` at columns ``voff[s]:voff[s+1]``); ``Y (n,)``, ``w (n,)``;
-    ``ptrs (nblk, 7)``: per block the addresses of its table's ``mean``, ``cov``, ``last_time`` (and
-    ``ref_mean``, ``cross``, ``ref_cov`` when dynamic) and its capacity (the arrays are viewed in
-    place: :class:`KernelPlan` keeps the tensors alive and current). ``icfg``: ``[nblk, nslot,
-    signal, fm linear, cp offset, cp order, cp context, bias, likelihood, dynamic, record, learn,
-    time step, weighted]``, then ``Ks (nblk)``, ``nfeat (nslot)``, ``pfeat (nslot)``, ``voff
-    (nslot + 1)`` and ``sym (nblk)``; ``fcfg``: ``[eps_min, min_var, residual bound, max log-rate,
-    tiny, log α, expm1(2 log α)]``, then ``omegas (nblk)``. ``pcen``/``pcov`` are in the tables'
-    dtype. ``wdt`` (the tables' dtype) and ``w64`` (float64): scratch of the sizes
-    :func:`scratch_sizes` gives.
-    ``noise``: ``[r, Σw, r^{−1/2}]`` of the Gaussian, updated after each learned event. ``sym[b]``:
-    block ``b``'s table holds exactly symmetric covariances (its prior's is: every update and
-    predict symmetrises), so the symmetrisation is the identity and is skipped.
+    Five arguments (a call costs a few µs: one event per call is cheap), each a packed array
+    (:class:`KernelPlan` builds them):
+
+    * ``rows2 (2 nblk, n)`` int64: each block's table row per event (slots, then the bias), then
+      ``newat``: 1 where the block's entity is new at that event;
+    * ``data (n, n_v + 7)`` float64: the slots' feature values ``vals`` (slot ``s`` at columns
+      ``voff[s]:voff[s+1]``), ``y``, the weight ``w``, and ``rec`` (5 columns, written);
+    * ``icfg`` int64: ``[nblk, nslot, signal, fm linear, cp offset, cp order, cp context, bias,
+      likelihood, dynamic, record, learn, time step, weighted, t0]``, then ``Ks (nblk)``, ``nfeat
+      (nslot)``, ``pfeat (nslot)``, ``voff (nslot + 1)``, ``sym (nblk)`` and ``ptrs (nblk, 7)``: per
+      block the addresses of its table's ``mean``, ``cov``, ``last_time`` (and ``ref_mean``,
+      ``cross``, ``ref_cov`` when dynamic) and its capacity (the arrays are viewed in place:
+      :class:`KernelPlan` keeps the tensors alive and current);
+    * ``f64s`` float64: ``[eps_min, min_var, residual bound, max log-rate, tiny, log α,
+      expm1(2 log α)]``, ``omegas (nblk)``, then scratch;
+    * ``dts`` (the tables' dtype): ``noise = [r, Σw, r^{−1/2}]`` of the Gaussian (updated after each
+      learned event), ``pcen (nblk, Kmax)``, ``pcov (nblk, Kmax, Kmax)`` (an unseen entity's prior
+      per block), then scratch.
+
+    ``sym[b]``: block ``b``'s table holds exactly symmetric covariances (its prior's is: every
+    update and predict symmetrises), so the symmetrisation is the identity and is skipped.
 
     With ``record``, each event's one-step-ahead prediction is written to ``rec[j]`` before the
     event is learned: ``[λ, Var λ, r, a, b]`` at the predicted blocks, a block new at that event
@@ -209,27 +216,45 @@ def factorization_events(rows, newat, vals, Y, w, t0, ptrs, icfg, fcfg, pcen, pc
     ``learn`` nothing is written to the tables (a block new at ``j`` is not read: its row may be
     anything); with time step 0 every event is at time ``t0 + 1`` (a batch of predictions).
     Returns ``(events done, OK or FAILED)``: on FAILED the event at that index was not written."""
-    n = Y.shape[0]
-    dt = pcen.dtype
+    n = data.shape[0]
     nblk, nslot, sig, fm_lin = icfg[0], icfg[1], icfg[2], icfg[3]
-    Ks = icfg[_HEAD:_HEAD + nblk]
-    nfeat = icfg[_HEAD + nblk:_HEAD + nblk + nslot]
-    pfeat = icfg[_HEAD + nblk + nslot:_HEAD + nblk + 2 * nslot]
-    voff = icfg[_HEAD + nblk + 2 * nslot:_HEAD + nblk + 3 * nslot + 1]
-    sym = icfg[_HEAD + nblk + 3 * nslot + 1:_HEAD + 2 * nblk + 3 * nslot + 1]
-    omegas = fcfg[7:7 + nblk]
     cp_off, cp_order, cp_ctx, has_bias = icfg[4], icfg[5], icfg[6], icfg[7] != 0
     lik, dynamic, record, learn = icfg[8], icfg[9] != 0, icfg[10] != 0, icfg[11] != 0
-    t_step, has_w = icfg[12], icfg[13] != 0
-    eps_min, min_var, bound, max_log_rate, tiny = fcfg[0], fcfg[1], fcfg[2], fcfg[3], fcfg[4]
-    log_alpha, g_den = fcfg[5], fcfg[6]
+    t_step, has_w, t0 = icfg[12], icfg[13] != 0, icfg[14]
+    o = _HEAD
+    Ks = icfg[o:o + nblk]
+    o += nblk
+    nfeat = icfg[o:o + nslot]
+    o += nslot
+    pfeat = icfg[o:o + nslot]
+    o += nslot
+    voff = icfg[o:o + nslot + 1]
+    o += nslot + 1
+    sym = icfg[o:o + nblk]
+    o += nblk
+    ptrs = icfg[o:o + 7 * nblk].reshape((nblk, 7))
+    nv = voff[nslot]
+    rows = rows2[:nblk]
+    newat = rows2[nblk:]
+    vals = data[:, :nv]
+    Y = data[:, nv]
+    w = data[:, nv + 1]
+    rec = data[:, nv + 2:nv + 7]
+    eps_min, min_var, bound, max_log_rate, tiny = f64s[0], f64s[1], f64s[2], f64s[3], f64s[4]
+    log_alpha, g_den = f64s[5], f64s[6]
+    omegas = f64s[7:7 + nblk]
+    w64 = f64s[7 + nblk:]
     Kmax = 1
     for b in range(nblk):
         if Ks[b] > Kmax:
             Kmax = Ks[b]
-    # scratch (passed in: no allocation per call)
     kk = nblk * Kmax
     kk2 = kk * Kmax
+    noise = dts[0:3]
+    pcen = dts[3:3 + kk].reshape((nblk, Kmax))
+    pcov = dts[3 + kk:3 + kk + kk2].reshape((nblk, Kmax, Kmax))
+    wdt = dts[3 + kk + kk2:]
+    # scratch (passed in: no allocation per call)
     PM = wdt[0:kk].reshape((nblk, Kmax))
     PMp = wdt[kk:2 * kk].reshape((nblk, Kmax))
     PRM = wdt[2 * kk:3 * kk].reshape((nblk, Kmax))
@@ -615,11 +640,11 @@ def _contiguous(table):
 
 class KernelPlan:
     """What :func:`factorization_events` needs of a filter (:func:`serves` accepts it), built once:
-    its configuration, the prior of an unseen entity per block, and the tables' arrays (NumPy views
-    of the tensors, refreshed when a table's tensors are replaced: growth, ``to``). With a Gaussian
-    likelihood the filter's noise state becomes tensors viewing the plan's ``noise`` array, which the
-    kernel updates in place. Cached on the filter (:func:`kernel_plan`); one-event calls
-    (:meth:`predict_one`, :meth:`learn_one`) cost a few µs."""
+    its configuration, the prior of an unseen entity per block, scratch, and the addresses of the
+    tables' arrays (refreshed when a table's tensors are replaced: growth, ``to``; the plan holds
+    the tensors). With a Gaussian likelihood the filter's noise state becomes tensors viewing the
+    plan's ``noise`` array, which the kernel updates in place. Cached on the filter
+    (:func:`kernel_plan`); one-event calls (:meth:`predict_one`, :meth:`learn_one`) cost a few µs."""
 
     def __init__(self, filt):
         sig, fm_lin, cp_off, cp_order, cp_ctx, lik = _codes(filt)
@@ -631,59 +656,58 @@ class KernelPlan:
         self.nslot, self.nblk = len(filt.slots), len(self.names)
         self.tables = [filt.tables[k] for k in self.names]
         self.lik = lik
+        self.gaussian = lik in (LIK_GAUSSIAN, LIK_ADAPTIVE)
         nblk = self.nblk
         lk = filt.likelihood
         bound = getattr(lk, "residual_bound", None)
         log_alpha = math.log(filt.alpha) if dynamic else 0.0
-        self.Ks = np.array([t.K for t in self.tables], dtype=np.int64)
+        Ks = np.array([t.K for t in self.tables], dtype=np.int64)
         nfeat = np.array([s.n_features for s in filt.slots], dtype=np.int64)
         pfeat = np.array([filt.signal.params_per_feature(s) for s in range(self.nslot)], dtype=np.int64)
         voff = np.concatenate([[0], np.cumsum(nfeat)]).astype(np.int64)
-        self.n_values = int(voff[-1])
+        self.n_values = nv = int(voff[-1])
         # a table whose prior covariance is exactly symmetric holds only exactly symmetric covariances
         sym = np.array([int(torch.equal(t._prior_cov, t._prior_cov.T)) for t in self.tables], dtype=np.int64)
         head = [nblk, self.nslot, sig, fm_lin, cp_off, cp_order, cp_ctx, int(filt.has_bias), lik, int(dynamic), 0, 1,
-                1, 0]
+                1, 0, 0]
         assert len(head) == _HEAD
-        self.icfg = np.concatenate([head, self.Ks, nfeat, pfeat, voff, sym]).astype(np.int64)
+        self.icfg = np.concatenate([head, Ks, nfeat, pfeat, voff, sym, np.zeros(7 * nblk)]).astype(np.int64)
+        self._ptrs_at = len(self.icfg) - 7 * nblk
+        self.icfg_predict = self.icfg.copy()
+        self.icfg_predict[10:13] = (1, 0, 0)  # record, do not learn, every event at the next step
         omegas = [float(filt.omega[k][0]) if dynamic else 0.0 for k in self.names]
-        self.fcfg = np.array([float(getattr(lk, "eps_min", 0.0)), float(getattr(lk, "min_variance", 0.0)),
-                              -1.0 if bound is None else float(bound), float(getattr(lk, "max_log_rate", 30.0)),
-                              float(torch.finfo(filt.dtype).eps) ** 2, log_alpha,
-                              math.expm1(2.0 * log_alpha) if dynamic else 1.0] + omegas, dtype=np.float64)
-        Kmax = int(self.Ks.max())
-        self.pcen = np.zeros((nblk, Kmax), dtype=self.np_dtype)
-        self.pcov = np.zeros((nblk, Kmax, Kmax), dtype=self.np_dtype)
+        Kmax = int(Ks.max())
+        size_dt, size_64 = scratch_sizes(nblk, Kmax)
+        fcfg = [float(getattr(lk, "eps_min", 0.0)), float(getattr(lk, "min_variance", 0.0)),
+                -1.0 if bound is None else float(bound), float(getattr(lk, "max_log_rate", 30.0)),
+                float(torch.finfo(filt.dtype).eps) ** 2, log_alpha, math.expm1(2.0 * log_alpha) if dynamic else 1.0]
+        self.f64s = np.concatenate([fcfg, omegas, np.zeros(size_64)]).astype(np.float64)
+        kk = nblk * Kmax
+        self.dts = np.zeros(3 + kk + kk * Kmax + size_dt, dtype=self.np_dtype)
+        self.noise = self.dts[0:3]
+        pcen = self.dts[3:3 + kk].reshape(nblk, Kmax)
+        pcov = self.dts[3 + kk:3 + kk + kk * Kmax].reshape(nblk, Kmax, Kmax)
         for b, name in enumerate(self.names):  # an unseen id: FactorizationFilter._prior_blocks
-            K = int(self.Ks[b])
+            K = int(Ks[b])
             table = filt.tables[name]
             _, cov, _ = table.new_blocks(0)
             cov = cov + torch.diag(torch.as_tensor(table.prior.jitter ** 2, dtype=filt.dtype, device=filt.device))
-            self.pcen[b, :K] = table.prior.mean
-            self.pcov[b, :K, :K] = cov.cpu().numpy()
-        self.noise = np.zeros(3, dtype=self.np_dtype)
+            pcen[b, :K] = table.prior.mean
+            pcov[b, :K, :K] = cov.cpu().numpy()
         self._noise_dict = None
-        size_dt, size_64 = scratch_sizes(nblk, Kmax)
-        self.wdt = np.zeros(size_dt, dtype=self.np_dtype)
-        self.w64 = np.zeros(size_64, dtype=np.float64)
         self._tensors = ()
-        # one-event buffers
-        self.rows1 = np.zeros((nblk, 1), dtype=np.int64)
-        self.new1 = np.zeros((nblk, 1), dtype=np.bool_)
-        self.rows_flat, self.new_flat = self.rows1[:, 0], self.new1[:, 0]
-        self.gaussian = lik in (LIK_GAUSSIAN, LIK_ADAPTIVE)
-        self._one_args = None
-        self.y1 = np.zeros(1, dtype=np.float64)
-        self.rec1 = np.zeros((1, 5), dtype=np.float64)
-        self.icfg_predict = self.icfg.copy()
-        self.icfg_predict[10:13] = (1, 0, 0)
-        self._dummy_new = np.zeros((1, 1), dtype=np.bool_)
-        self._dummy_rec = np.zeros((1, 5), dtype=np.float64)
-        self._ones = np.ones(1)
+        # one-event buffers: rows and new flags, and [values, y, w, record]
+        self.rows1 = np.zeros((2 * nblk, 1), dtype=np.int64)
+        self.rows_flat = self.rows1[:nblk, 0]
+        self.new_flat = self.rows1[nblk:, 0]
+        self.data1 = np.zeros((1, nv + 7), dtype=np.float64)
+        self.data1[0, nv + 1] = 1.0
+        self.values1 = self.data1[:, :nv]  # written by the caller of the one-event methods
+        self.rec1 = self.data1[0, nv + 2:]
         self.refresh()
 
     def current(self) -> bool:
-        """Whether the arrays still view the tables' tensors."""
+        """Whether the addresses are those of the tables' tensors."""
         for t, tensors in zip(self.tables, self._tensors):
             if t.mean is not tensors[0] or t.cov is not tensors[1] or t.last_time is not tensors[2]:
                 return False
@@ -693,7 +717,7 @@ class KernelPlan:
         return True
 
     def refresh(self):
-        """View the tables' current tensors: their addresses and capacities (``ptrs``)."""
+        """Hold the tables' current tensors and write their addresses and capacities."""
         for t in self.tables:
             _contiguous(t)
         self._tensors = tuple(tuple(getattr(t, name) for name in t._fields()) for t in self.tables)
@@ -702,70 +726,73 @@ class KernelPlan:
             for field, tensor in enumerate(tensors):
                 ptrs[b, field] = tensor.data_ptr()
             ptrs[b, _CAP] = tensors[0].shape[0]
-        self.ptrs = ptrs
+        for icfg in (self.icfg, self.icfg_predict):
+            icfg[self._ptrs_at:] = ptrs.reshape(-1)
 
-    def noise_array(self):
-        """The noise state the kernel reads and updates (the filter's noise tensors view it)."""
+    def sync(self):
+        """Make the plan current (the tables' tensors, the filter's noise state)."""
+        if not self.current():
+            self.refresh()
         f = self.filt
-        if self.gaussian and f.noise is not self._noise_dict:
-            buf = np.zeros(3, dtype=self.np_dtype)
+        if self.gaussian and f.noise is not self._noise_dict:  # the filter's noise: views of ours
+            buf = self.noise
             buf[0] = float(f.noise["r"].reshape(-1)[0])
             buf[1] = float(f.noise["weight"])
             buf[2] = float(f.noise["scale"].reshape(-1)[0])
-            view = {"r": torch.from_numpy(buf[0:1]), "weight": torch.from_numpy(buf[1:2]).reshape(()),
-                    "scale": torch.from_numpy(buf[2:3]).reshape(1, 1)}
-            f.noise = self._noise_dict = view
-            self.noise = buf
-            self._one_args = None
-        return self.noise
+            f.noise = self._noise_dict = {"r": torch.from_numpy(buf[0:1]),
+                                          "weight": torch.from_numpy(buf[1:2]).reshape(()),
+                                          "scale": torch.from_numpy(buf[2:3]).reshape(1, 1)}
 
-    def call(self, rows, newat, vals, Y, w, t0, icfg, rec):
-        if not self.current():
-            self.refresh()
-        return factorization_events(rows, newat, vals, Y, self._ones if w is None else w, t0, self.ptrs, icfg,
-                                    self.fcfg, self.pcen, self.pcov, self.noise_array(), rec, self.wdt, self.w64)
+    def call(self, rows, newat, vals, Y, w, t0, icfg, record=None):
+        """Run the kernel on ``n`` events (arrays as :func:`factorization_events` before packing);
+        ``record``: an ``(n, 5)`` array that gets ``rec``."""
+        self.sync()
+        n = Y.shape[0]
+        nblk, nv = self.nblk, self.n_values
+        rows2 = np.zeros((2 * nblk, n), dtype=np.int64)
+        rows2[:nblk] = rows
+        if newat is not None:
+            rows2[nblk:] = newat
+        data = np.empty((n, nv + 7), dtype=np.float64)
+        data[:, :nv] = vals
+        data[:, nv] = Y
+        data[:, nv + 1] = 1.0 if w is None else w
+        icfg = icfg.copy()
+        icfg[13], icfg[14] = int(w is not None), int(t0)
+        icfg[self._ptrs_at:] = self.icfg[self._ptrs_at:]  # the addresses as sync left them
+        out = factorization_events(rows2, data, icfg, self.f64s, self.dts)
+        if record is not None:
+            record[:] = data[:, nv + 2:]
+        return out
 
     # -- one event ----------------------------------------------------------------------------------
-    def _ready(self):
-        """The argument lists of one-event calls, current (tables' tensors, noise state)."""
-        if not self.current():
-            self.refresh()
-            self._one_args = None
-        if self.gaussian and self.filt.noise is not self._noise_dict:
-            self.noise_array()
-        if self._one_args is None:
-            common = (self.ptrs, None, self.fcfg, self.pcen, self.pcov, self.noise, None, self.wdt, self.w64)
-            predict = [self.rows1, self.new1, None, self.y1, self._ones, 0, *common]
-            predict[7], predict[12] = self.icfg_predict, self.rec1
-            learn = [self.rows1, self._dummy_new, None, self.y1, self._ones, 0, *common]
-            learn[7], learn[12] = self.icfg, self._dummy_rec
-            self._one_args = (predict, learn)
-        return self._one_args
-
-    def predict_one(self, keys, vals):
+    def predict_one(self, keys, vals=None):
         """``[λ, Var λ, r, a, b]`` (:func:`factorization_events`) of one event at the next step:
-        ``keys`` the id of each block (its table's key: 0 for the context and the bias), ``vals``
-        ``(1, n_values)`` float64. Writes nothing."""
-        args = self._ready()[0]
+        ``keys`` the id of each block (its table's key: 0 for the context and the bias), its
+        feature values in :attr:`values1` (or ``vals``, ``(1, n_values)``). Writes nothing."""
+        self.sync()
         rows, new = self.rows_flat, self.new_flat
         b = 0
         for table, key in zip(self.tables, keys):
             r = table.ids.get(key)
             if r is None:
-                new[b] = True
+                new[b] = 1
                 rows[b] = 0
             else:
-                new[b] = False
+                new[b] = 0
                 rows[b] = r
             b += 1
-        args[2] = vals
-        args[5] = self.filt.time
-        factorization_events(*args)
-        return self.rec1[0]
+        if vals is not None and vals is not self.values1:
+            self.values1[:] = vals
+        icfg = self.icfg_predict
+        icfg[14] = self.filt.time
+        factorization_events(self.rows1, self.data1, icfg, self.f64s, self.dts)
+        return self.rec1
 
-    def learn_one(self, keys, vals, y):
-        """Learn one event (as ``filt.step``); on a numerical failure nothing is kept (its new entities
-        are dropped with their prior draws) and :class:`~skfilter.exceptions.FilterStepError` is raised."""
+    def learn_one(self, keys, y, vals=None):
+        """Learn one event (as ``filt.step``; its values in :attr:`values1` or ``vals``); on a
+        numerical failure nothing is kept (its new entities are dropped with their prior draws) and
+        :class:`~skfilter.exceptions.FilterStepError` is raised."""
         f = self.filt
         t0 = f.time
         rows = self.rows_flat
@@ -780,11 +807,13 @@ class KernelPlan:
                 r = table.add(key, t0 + 1)
             rows[b] = r
             b += 1
-        args = self._ready()[1]  # after the creations (a table may have grown)
-        self.y1[0] = y
-        args[2] = vals
-        args[5] = t0
-        done, status = factorization_events(*args)
+        self.sync()  # after the creations (a table may have grown)
+        if vals is not None and vals is not self.values1:
+            self.values1[:] = vals
+        self.data1[0, self.n_values] = y
+        icfg = self.icfg
+        icfg[14] = t0
+        done, status = factorization_events(self.rows1, self.data1, icfg, self.f64s, self.dts)
         if status == OK:
             f.time = t0 + 1
             return
@@ -880,7 +909,7 @@ def run_events_compiled(filt, slot_ids, values, Y, weights, record=None) -> int:
     rng_states = [t.generator_state for t in tables]
     sizes = [(t.n_entities, len(t.ids)) for t in tables]
     rows = np.empty((nblk, n), dtype=np.int64)
-    newat = np.zeros((nblk, n) if record is not None else (1, 1), dtype=np.bool_)
+    newat = np.zeros((nblk, n), dtype=np.int64) if record is not None else None
     created = []
     for b, (slot, table) in enumerate(zip(filt.slots + [None] * (nblk - nslot), tables)):
         keys = None if slot is None or slot.context else slot_ids[b]
@@ -889,15 +918,14 @@ def run_events_compiled(filt, slot_ids, values, Y, weights, record=None) -> int:
         rows[b], new, first = _table_rows(table, keys, n, t0)
         created.append((new, first))
         if record is not None:
-            newat[b, first] = True
+            newat[b, first] = 1
     vals = _values_array(values, n)
     Yn = np.ascontiguousarray(np.asarray(Y.detach().cpu().numpy(), dtype=np.float64).reshape(n))
     has_w = weights is not None
     w = np.ascontiguousarray(np.asarray(weights, dtype=np.float64).reshape(n)) if has_w else None
     icfg = plan.icfg.copy()
-    icfg[10], icfg[13] = int(record is not None), int(has_w)
-    rec = record if record is not None else np.zeros((1, 5))
-    done, status = plan.call(rows, newat, vals, Yn, w, t0, icfg, rec)
+    icfg[10] = int(record is not None)
+    done, status = plan.call(rows, newat, vals, Yn, w, t0, icfg, record)
     done = int(done)
     filt.time = t0 + done
     if status == OK:
