@@ -286,6 +286,8 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
             else:
                 try:
                     ctx.append(np.asarray(col, dtype=np.float64))
+                except OverflowError:
+                    raise ValueError(f"Column {j} holds a value too large for float64.") from None
                 except (TypeError, ValueError):
                     raise ValueError(f"Column {j} is not numeric; name it in entity_columns if it holds entity "
                                      "ids.") from None

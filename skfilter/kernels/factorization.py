@@ -820,11 +820,15 @@ class KernelPlan:
         for table, n0, state in created or ():
             table.forget_after(n0)
             table.generator_state = state
-        err = FilterStepError("The DEKF step of the event produced a non-finite value or an innovation that is not "
-                              "positive; the last good belief is kept. Try a smaller prior_variance, a larger "
-                              "obs_variance, or iterations > 1.")
-        err.rows_done = 0
-        raise err
+        raise _step_error(0)
+
+
+def _step_error(done):
+    err = FilterStepError(f"The DEKF step of event {done} of the chunk produced a non-finite value or an innovation "
+                          "that is not positive; the events before it are learned and kept. Try a smaller "
+                          "prior_variance, a larger obs_variance, or iterations > 1.")
+    err.rows_done = done
+    return err
 
 
 def kernel_plan(filt) -> KernelPlan:
@@ -895,8 +899,6 @@ def run_events_compiled(filt, slot_ids, values, Y, weights, record=None) -> int:
     ValueError
         If :func:`serves` is False for ``filt``.
     """
-    from ..exceptions import FilterStepError
-
     if not serves(filt):
         raise ValueError("run_events_compiled does not serve this filter (see serves); use FactorizationFilter.step.")
     n = int(Y.shape[0])
@@ -941,8 +943,4 @@ def run_events_compiled(filt, slot_ids, values, Y, weights, record=None) -> int:
         table.generator_state = state
         if keep:
             table.skip_draws(keep)
-    err = FilterStepError(f"The DEKF step of event {done} of the chunk produced a non-finite value or an innovation "
-                          "that is not positive; the events before it are learned and kept. Try a smaller "
-                          "prior_variance, a larger obs_variance, or iterations > 1.")
-    err.rows_done = done
-    raise err
+    raise _step_error(done)
