@@ -214,3 +214,23 @@ def test_prequential_bad_input_leaves_the_estimator_as_it_was():
     with pytest.raises(ValueError, match="NaN"):
         est.prequential_fit_predict(X, y_bad)
     _same_state(_state(est), before)
+
+
+def test_fast_path_copies_and_threads():
+    import pickle
+    from concurrent.futures import ThreadPoolExecutor
+
+    X, y = _stream()
+    est = FactorizationRegressor(model="mf", entity_columns=[0, 1], n_factors=2, random_state=0).fit(X, y)
+    expected = [est.predict(X[t:t + 1]) for t in range(60)]  # the first builds the fast path
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda t: est.predict(X[t:t + 1]), list(range(60)) * 4))
+    assert all(np.array_equal(g, expected[i % 60]) for i, g in enumerate(got))
+    clone = pickle.loads(pickle.dumps(est))
+    twin = copy.deepcopy(est)
+    for other in (clone, twin):  # each learns into its own tables
+        other.partial_fit(X[:1], y[:1])
+        other.partial_fit(X[1:2], y[1:2])
+        assert other.filter_.time == est.filter_.time + 2
+    assert np.array_equal(est.predict(X[:1]), expected[0])
+    assert np.array_equal(clone.predict(X[:1]), twin.predict(X[:1]))

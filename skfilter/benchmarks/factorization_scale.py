@@ -18,7 +18,8 @@ Gaussian noise) is learned by ``FactorizationRegressor(model='mf', n_factors=8)`
   prequential pass (:func:`skfilter.model_selection.prequential_predict`: each row predicted inside
   the compiled DEKF before it is learned) per event and its ratio to ``fit`` (target ≤ 2), and
   ``predict`` then ``partial_fit`` of one row per call on the fitted estimator (``--calls`` rows,
-  target ≤ 25 µs per event). Each figure is the best of ``--repeats`` timings in this process;
+  target ≤ 25 µs per event). Each figure is the best of ``--repeats`` timings in this process, in
+  CPU time of the process (one thread: robust to other jobs on the machine);
 * **memory** — the belief's bytes (:meth:`~skfilter.factorization.FactorizationFilter.nbytes`: the
   means and covariance blocks of the entities seen) and the process's peak resident set size
   (``resource.getrusage``), with the number of entities seen.
@@ -76,10 +77,10 @@ def per_event_costs(n_users=1_000, n_items=200, n_events=30_000, n_calls=2_000, 
 
             def best(fn):
                 times = []
-                for _ in range(repeats):
-                    t0 = time.perf_counter()
+                for _ in range(repeats):  # CPU time of this (one-thread) process: robust on a shared machine
+                    t0 = time.process_time()
                     fn()
-                    times.append(time.perf_counter() - t0)
+                    times.append(time.process_time() - t0)
                 return min(times)
 
             head = data[:n_events] if kind == "NumPy" else data.iloc[:n_events]
@@ -206,7 +207,8 @@ def main(args) -> int:
             f"{rss0:.0f} MB before the model was built). Events/s per chunk of {args.chunk} (events so far: rate): "
             f"{rates}. Wall time {time.perf_counter() - start:.0f} s.\n")
     call_note = (f"\n\n**Per-event costs** ({args.call_users} users × {args.call_items} items, "
-                 f"`FactorizationRegressor(n_factors={args.factors})`, float64, one thread; best of {args.repeats}): "
+                 f"`FactorizationRegressor(n_factors={args.factors})`, float64, one thread; CPU time of the process, best of "
+                 f"{args.repeats}): "
                  f"`fit` of {args.preq_events} rows; the prequential pass over the same rows "
                  "(`skfilter.model_selection.prequential_predict(est, X, y, return_std=True)`: each row's prediction "
                  f"recorded inside the compiled DEKF before the row is learned); then {args.calls} more rows fed one per "

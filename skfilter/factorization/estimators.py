@@ -25,6 +25,16 @@ do). An id never seen gets the prior of its column at prediction time.
 * ``'cp'`` — CP tensor factorization of the order of the number of id columns
   ``λ = w₀ + Σ_i b_i + Σ_l Π_i ξ_{i,l}``, plus a linear term in the context;
 * ``'glm'`` — a generalised linear model: one weight per id and per numeric column.
+
+**Speed.** Where the compiled DEKF serves the model (:func:`skfilter.kernels.factorization.serves`),
+``fit``/``partial_fit`` learn a few µs per event, ``predict`` runs in the kernel too, and
+:meth:`~FactorizationRegressor.prequential_fit_predict` (what
+:func:`skfilter.model_selection.prequential_predict` calls) records each row's one-step-ahead
+prediction inside the kernel's loop. One event per call (``predict`` then ``partial_fit`` of one row,
+the online-serving pattern) takes a fast path: a one-row NumPy array or DataFrame of a kind (width,
+dtype, feature names, columns' dtypes) that a full validation accepted before goes straight to the
+kernel, ids looked up in the entity tables; anything else, and every error, takes the full
+validation (same results bit for bit, same errors, nothing learned on an error).
 """
 
 from __future__ import annotations
@@ -175,6 +185,7 @@ class _OneRow:
         self.layout = None if layout is None else tuple(layout)
         self.row = [None] * self.width
         self.strings = {}
+        self.checked = None
         self.col_data = X.columns._data
 
     def frame_row(self, X):
@@ -191,10 +202,12 @@ class _OneRow:
         if len(blocks) != len(self.layout):
             return None
         row = self.row
+        checked = blocks is self.checked  # the blocks of the last frame checked (their dtypes and places)
         for blk, (vtype, dtype, cols, kind) in zip(blocks, self.layout):
             values = blk.values
-            if type(values) is not vtype or (values.dtype is not dtype and values.dtype != dtype) \
-                    or blk.mgr_locs.indexer != cols:
+            if type(values) is not vtype:
+                return None
+            if not checked and ((values.dtype is not dtype and values.dtype != dtype) or blk.mgr_locs.indexer != cols):
                 return None
             c = cols.start
             if kind == "numpy":
@@ -218,6 +231,7 @@ class _OneRow:
                     row[c] = v
             else:
                 row[c] = values[0]
+        self.checked = blocks
         return row
 
 
@@ -652,14 +666,26 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
             return False
         if target is None:
             return False
-        parsed = self._fast_row(X)
-        if parsed is None:
-            return False
-        plan, keys, vals = parsed
-        plan.learn_one(keys, target, vals)
+        with one.plan.lock:  # the row's buffers are the plan's
+            parsed = self._fast_row(X)
+            if parsed is None:
+                return False
+            plan, keys, vals = parsed
+            plan.learn_one(keys, target, vals)
         self.n_samples_seen_ += 1
         self.n_iter_ += 1
         return True
+
+    def _fast_predict(self, X):
+        """The kernel's record ``[λ, Var λ, r, a, b]`` of a one-row ``X`` on the fast path, or None."""
+        one = self.__dict__.get("_one_row")
+        if one is None:
+            return None
+        with one.plan.lock:  # the row's buffers are the plan's: concurrent predictions wait
+            parsed = self._fast_row(X)
+            if parsed is None:
+                return None
+            return parsed[0].predict_one(parsed[1], parsed[2]).copy()
 
     def _note_params(self):
         """After the parameters passed the validation of a ``partial_fit`` on this filter."""
@@ -679,10 +705,9 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
         (:func:`~skfilter.kernels.factorization.predict_events_compiled`), or ``(None, (λ, Cov λ))``
         from the torch engine where the kernel does not serve the model; one plain row of a kind
         seen before takes the fast path (:meth:`_fast_row`)."""
-        parsed = self._fast_row(X)
-        if parsed is not None:
-            plan, keys, vals = parsed
-            return plan.predict_one(keys, vals)[None, :], None
+        rec = self._fast_predict(X)
+        if rec is not None:
+            return rec[None, :], None
         check_is_fitted(self, "filter_")
         ids, context = self._validate(X, None, first=False)
         slot_ids, values = self._slot_ids(ids), self._slot_values(ids, context)
@@ -774,8 +799,10 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
         previous = dict(vars(self))
         self._forget()
         try:
-            return self.partial_fit_predict(X, y, return_std=return_std, method=method, sample_weight=sample_weight,
-                                            classes=classes)
+            out = self.partial_fit_predict(X, y, return_std=return_std, method=method, sample_weight=sample_weight,
+                                           classes=classes)
+            self.n_iter_ = 1  # one pass (row 0 and the rest)
+            return out
         except FilterStepError:
             raise
         except BaseException:  # bad input: the estimator as it was
@@ -1024,12 +1051,6 @@ class FactorizationRegressor(RegressorMixin, _FactorizationBase):
     def predict(self, X, return_std=False):
         """Predictive mean of ``y`` (and standard deviation) for the events ``X`` (linearised; the
         compiled DEKF computes it where it serves the model)."""
-        if not return_std:
-            parsed = self._fast_row(X)
-            if parsed is not None:
-                one = self._one_row
-                mean = parsed[0].predict_one(parsed[1], parsed[2])[3:4].astype(one.np_dtype)
-                return mean if one.y_ndim == 1 else mean[:, None]
         rec, lin = self._predict_rows(X)
         if rec is not None and not return_std:
             mean = rec[:, 3].astype(self._np_dtype())

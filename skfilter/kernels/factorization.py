@@ -19,6 +19,13 @@ entity, then the global bias):
    ``q_i = Σ_i h_iᵀ``, ``s = 1 + Σ_i h_i q_i``, ``μ_i += q_i e / s``, ``Σ_i −= q_i q_iᵀ / s``
    (symmetrised), and the reference blocks with ``q_0i = Σ_0i h_iᵀ``.
 
+**Predictions.** With ``record`` the loop also writes each event's one-step-ahead prediction
+before learning it (the signal and ``Var λ = Σ_i J_i Σ_i J_iᵀ`` at the predicted blocks, an entity
+new at that event at its prior, as :meth:`~skfilter.factorization.model.FactorizationFilter.linearized`
+gives it, and the likelihood's predictive): a prequential pass costs about what learning costs
+(:func:`run_events_compiled` with ``record``). Without learning it predicts a batch of events at the
+next step (:func:`predict_events_compiled`).
+
 Every new block is computed into scratch and checked (finite, ``s > 0``) before it is written, so a
 failing event leaves the tables as the previous event left them. New entities are created up front
 in Python, in order of first appearance (the same random prior means as ``step`` draws), each with
@@ -28,14 +35,18 @@ in Python, in order of first appearance (the same random prior means as ``step``
 Both engines agree to rounding (tests/test_factorization_kernels.py: ~1e-13 relative in float64,
 ~1e-5 in float32, where the kernel accumulates in float64 and rounds each stored value to the table's
 dtype); the kernel lets LLVM reassociate its sums and fuse multiply-adds (``fastmath`` limited to
-``reassoc`` and ``contract``, so that non-finite values are still detected). One compiled variant per
-dtype serves up to 8 blocks (the per-block arrays are padded), compiled on first use and cached on
-disk (``python -m skfilter.kernels`` compiles it ahead).
+``reassoc`` and ``contract``, so that non-finite values are still detected). The kernel takes five
+packed arrays (:class:`KernelPlan` builds them once per filter; the tables are passed by address),
+so that a call costs about 1 µs beyond its events: one event per call
+(:meth:`KernelPlan.predict_one`, :meth:`KernelPlan.learn_one`) is cheap. One compiled variant per
+dtype serves any number of blocks, compiled on first use and cached on disk (``python -m
+skfilter.kernels`` compiles it ahead).
 """
 
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 import torch
@@ -696,6 +707,9 @@ class KernelPlan:
             pcov[b, :K, :K] = cov.cpu().numpy()
         self._noise_dict = None
         self._tensors = ()
+        #: serialises the calls: the scratch and the one-event buffers are shared (callers of the
+        #: one-event methods hold it while they fill and read the buffers)
+        self.lock = threading.Lock()
         # one-event buffers: rows and new flags, and [values, y, w, record]
         self.rows1 = np.zeros((2 * nblk, 1), dtype=np.int64)
         self.rows_flat = self.rows1[:nblk, 0]
@@ -746,7 +760,6 @@ class KernelPlan:
     def call(self, rows, newat, vals, Y, w, t0, icfg, record=None):
         """Run the kernel on ``n`` events (arrays as :func:`factorization_events` before packing);
         ``record``: an ``(n, 5)`` array that gets ``rec``."""
-        self.sync()
         n = Y.shape[0]
         nblk, nv = self.nblk, self.n_values
         rows2 = np.zeros((2 * nblk, n), dtype=np.int64)
@@ -759,8 +772,10 @@ class KernelPlan:
         data[:, nv + 1] = 1.0 if w is None else w
         icfg = icfg.copy()
         icfg[13], icfg[14] = int(w is not None), int(t0)
-        icfg[self._ptrs_at:] = self.icfg[self._ptrs_at:]  # the addresses as sync left them
-        out = factorization_events(rows2, data, icfg, self.f64s, self.dts)
+        with self.lock:
+            self.sync()
+            icfg[self._ptrs_at:] = self.icfg[self._ptrs_at:]  # the addresses as sync left them
+            out = factorization_events(rows2, data, icfg, self.f64s, self.dts)
         if record is not None:
             record[:] = data[:, nv + 2:]
         return out
@@ -769,7 +784,8 @@ class KernelPlan:
     def predict_one(self, keys, vals=None):
         """``[λ, Var λ, r, a, b]`` (:func:`factorization_events`) of one event at the next step:
         ``keys`` the id of each block (its table's key: 0 for the context and the bias), its
-        feature values in :attr:`values1` (or ``vals``, ``(1, n_values)``). Writes nothing."""
+        feature values in :attr:`values1` (or ``vals``, ``(1, n_values)``). Writes nothing. The
+        caller holds :attr:`lock` (and reads the returned view, a buffer, under it)."""
         self.sync()
         rows, new = self.rows_flat, self.new_flat
         b = 0
@@ -792,7 +808,7 @@ class KernelPlan:
     def learn_one(self, keys, y, vals=None):
         """Learn one event (as ``filt.step``; its values in :attr:`values1` or ``vals``); on a
         numerical failure nothing is kept (its new entities are dropped with their prior draws) and
-        :class:`~skfilter.exceptions.FilterStepError` is raised."""
+        :class:`~skfilter.exceptions.FilterStepError` is raised. The caller holds :attr:`lock`."""
         f = self.filt
         t0 = f.time
         rows = self.rows_flat
