@@ -61,13 +61,17 @@ def _slow(est):
     return est
 
 
-@pytest.mark.parametrize("model, context, frame", [("mf", False, False), ("fm", True, False), ("fm", False, True)])
-def test_fast_path_equals_full_validation_bit_for_bit(model, context, frame):
+@pytest.mark.parametrize("model, context, frame, options", [
+    ("mf", False, False, {}), ("fm", True, False, {}), ("fm", False, True, {}),
+    ("fm", True, False, {"dtype": "float32", "context_blocks": "per-column", "half_life": 30.0})])
+def test_fast_path_equals_full_validation_bit_for_bit(model, context, frame, options):
     X, y = _stream(context=context)
+    if context:
+        X = np.column_stack([X, 2.0 * X[:, 2] + 1.0])
     data = _frame(X) if frame else X
     rows = [data.iloc[[t]] if frame else data[t:t + 1] for t in range(len(y))]
     kwargs = {} if frame else {"entity_columns": [0, 1]}
-    fast = FactorizationRegressor(model=model, n_factors=3, random_state=0, **kwargs)
+    fast = FactorizationRegressor(model=model, n_factors=3, random_state=0, **kwargs, **options)
     fast.fit(data.iloc[:120] if frame else data[:120], y[:120])
     slow = copy.deepcopy(fast)
     validations = []

@@ -666,6 +666,8 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
             return False
         if target is None:
             return False
+        if one.f32:  # the target as the full path passes it: a float32 tensor
+            target = float(np.float32(target))
         with one.plan.lock:  # the row's buffers are the plan's
             parsed = self._fast_row(X)
             if parsed is None:
