@@ -24,8 +24,9 @@ Gaussian noise) is learned by ``FactorizationRegressor(model='mf', n_factors=8)`
   means and covariance blocks of the entities seen) and the process's peak resident set size
   (``resource.getrusage``), with the number of entities seen.
 
-Run as ``python -m skfilter.benchmarks factorization-scale`` (table
-``factorization_scale_table.md`` under ``--out``).
+Run as ``python -m skfilter.benchmarks factorization-scale`` (tables
+``factorization_scale_table.md`` and ``factorization_calls_table.md`` under ``--out``;
+``--calls-only``: the second only).
 """
 
 from __future__ import annotations
@@ -180,6 +181,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--calls", type=positive_int, default=2_000,
                         help="rows fed one per call (predict, then partial_fit) after them")
     parser.add_argument("--repeats", type=positive_int, default=3, help="timings per figure (the best is kept)")
+    parser.add_argument("--calls-only", action="store_true",
+                        help="only the per-event costs (table factorization_calls_table.md), not the scale run")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="smoke test: 2,000 users, 500 items, 2,000 events")
     parser.add_argument("--no-figure", action="store_true", help="(no figure: accepted for uniformity)")
@@ -193,34 +196,39 @@ def main(args) -> int:
         args.warmup, args.api_events, args.chunk = 200, 200, 1_000
         args.call_users, args.call_items, args.preq_events, args.calls, args.repeats = 200, 50, 2_000, 200, 1
     start = time.perf_counter()
-    rows, chunks, rss0 = run(args.users, args.items, args.events, args.factors, args.warmup, args.api_events,
-                             args.chunk, args.seed)
-    print(format_table(rows, COLUMNS))
+    if not args.calls_only:
+        rows, chunks, rss0 = run(args.users, args.items, args.events, args.factors, args.warmup, args.api_events,
+                                 args.chunk, args.seed)
+        print(format_table(rows, COLUMNS))
+        rates = ", ".join(f"{n}: {r:.0f}" for n, r in chunks)
+        note = (f"\n\n{args.users} users × {args.items} items, "
+                f"`FactorizationRegressor(model='mf', n_factors={args.factors})` (user, item and global biases; "
+                f"Gaussian ratings), one thread. Belief: the bytes of the entities' means and "
+                f"covariance blocks; peak RSS of the whole process (Python, torch and the stream included; "
+                f"{rss0:.0f} MB before the model was built). Events/s per chunk of {args.chunk} (events so far: "
+                f"rate): {rates}. Wall time {time.perf_counter() - start:.0f} s.\n")
+        cmd = "factorization-scale" + (" --quick" if args.quick else
+                                       f" --users {args.users} --items {args.items} --events {args.events} "
+                                       f"--factors {args.factors} --warmup {args.warmup} --api-events {args.api_events}")
+        path = write_text(args.out / "factorization_scale_table.md", format_table(rows, COLUMNS, markdown=True) + note,
+                          cmd)
+        print(f"  table written to {path}")
     calls = per_event_costs(args.call_users, args.call_items, args.preq_events, args.calls, args.factors, args.repeats,
                             args.seed)
     print(format_table(calls, CALL_COLUMNS))
-    rates = ", ".join(f"{n}: {r:.0f}" for n, r in chunks)
-    note = (f"\n\n{args.users} users × {args.items} items, "
-            f"`FactorizationRegressor(model='mf', n_factors={args.factors})` (user, item and global biases; "
-            f"Gaussian ratings), one thread. Belief: the bytes of the entities' means and "
-            f"covariance blocks; peak RSS of the whole process (Python, torch and the stream included; "
-            f"{rss0:.0f} MB before the model was built). Events/s per chunk of {args.chunk} (events so far: rate): "
-            f"{rates}. Wall time {time.perf_counter() - start:.0f} s.\n")
-    call_note = (f"\n\n**Per-event costs** ({args.call_users} users × {args.call_items} items, "
-                 f"`FactorizationRegressor(n_factors={args.factors})`, float64, one thread; CPU time of the process, best of "
-                 f"{args.repeats}): "
-                 f"`fit` of {args.preq_events} rows; the prequential pass over the same rows "
-                 "(`skfilter.model_selection.prequential_predict(est, X, y, return_std=True)`: each row's prediction "
-                 f"recorded inside the compiled DEKF before the row is learned); then {args.calls} more rows fed one per "
-                 "call (`predict(row)` then `partial_fit(row, y)`, rows sliced beforehand: `X[t:t+1]`, "
-                 "`frame.iloc[[t]]`) to the fitted estimator. Ids: NumPy object array with `entity_columns=[0, 1]`, "
-                 "or a DataFrame with a categorical user and a string item column.\n\n")
-    cmd = "factorization-scale" + (" --quick" if args.quick else
-                                   f" --users {args.users} --items {args.items} --events {args.events} "
-                                   f"--factors {args.factors} --warmup {args.warmup} --api-events {args.api_events} "
-                                   f"--call-users {args.call_users} --call-items {args.call_items} "
-                                   f"--preq-events {args.preq_events} --calls {args.calls} --repeats {args.repeats}")
-    path = write_text(args.out / "factorization_scale_table.md", format_table(rows, COLUMNS, markdown=True) + note
-                      + call_note + format_table(calls, CALL_COLUMNS, markdown=True) + "\n", cmd)
+    note = (f"\n\n{args.call_users} users × {args.call_items} items (uniform pairs, Gaussian ratings), "
+            f"`FactorizationRegressor(n_factors={args.factors})` (`model='mf'`, or `'fm'` of order 2), float64, one "
+            f"thread; CPU time of the process (robust to other jobs on the machine), best of {args.repeats}. "
+            f"`fit` of {args.preq_events} rows; the prequential pass over the same rows "
+            "(`skfilter.model_selection.prequential_predict(est, X, y, return_std=True)`: each row's prediction "
+            f"recorded inside the compiled DEKF before the row is learned); then {args.calls} more rows fed one per call "
+            "to the fitted estimator (`predict(row)` then `partial_fit(row, y_row)`; the rows sliced beforehand: "
+            "`X[t:t+1]`, `frame.iloc[[t]]`). Ids: an object array with `entity_columns=[0, 1]`, or a DataFrame with "
+            "a categorical user and a string item column.\n")
+    cmd = "factorization-scale" + (" --quick" if args.quick else "") + " --calls-only" + (
+        "" if args.quick else f" --factors {args.factors} --call-users {args.call_users} --call-items {args.call_items} "
+        f"--preq-events {args.preq_events} --calls {args.calls} --repeats {args.repeats}")
+    path = write_text(args.out / "factorization_calls_table.md", format_table(calls, CALL_COLUMNS, markdown=True) + note,
+                      cmd)
     print(f"  table written to {path}")
     return 0
