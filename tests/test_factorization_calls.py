@@ -133,7 +133,10 @@ def test_fast_path_errors_are_those_of_the_full_validation(name, call):
     fast.partial_fit(X[:1], y[:1])  # the fast path is ready
     assert fast._fast_row(X[1:2]) is not None
     slow = _slow(copy.deepcopy(fast))
+    assert "_one_row" in vars(fast)  # a copy leaves the original's fast path
     before = _state(fast)
+    row = X[3:4]
+    assert np.array_equal(fast.predict(row), _slow(slow).predict(row))  # read, then the bad call, then learned
     errors = []
     for est in (fast, slow):
         with pytest.raises(Exception) as info:
@@ -143,6 +146,9 @@ def test_fast_path_errors_are_those_of_the_full_validation(name, call):
     assert isinstance(errors[0], (ValueError, TypeError, FilterStepError))
     _same_state(_state(fast), before)  # nothing learned, no entity kept
     # and the fast path still works, as the full validation
+    fast.partial_fit(row, y[3:4])
+    _slow(slow).partial_fit(row, y[3:4])
+    _same_state(_state(fast), _state(slow))
     assert np.array_equal(fast.predict(X[5:6]), _slow(slow).predict(X[5:6]))
 
 

@@ -153,6 +153,7 @@ class _OneRow:
         self.ctx_cols = tuple(zip(self.ctx, off, scale))
         self.f32 = f.dtype == torch.float32
         self.params = None  # (getter of the parameters from vars(est), their values) after a validation
+        self.last = (None, None)  # the array last read and its row: keys and values still hold it
         self.classes = None
         if hasattr(est, "classes_"):
             try:
@@ -578,8 +579,8 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
 
     # -- one row per call: the fast path -------------------------------------------------------------
     def __getstate__(self):
-        state = super().__getstate__()
-        state.pop("_one_row", None)  # views of the filter's tensors: a copy builds its own
+        state = dict(super().__getstate__())  # (object.__getstate__ gives __dict__ itself)
+        state.pop("_one_row", None)  # the filter's kernel buffers: a copy builds its own
         return state
 
     def _remember(self, X):
@@ -613,12 +614,15 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
                 if X.dtype not in one.dtypes or X.shape != one.shape:  # dtypes: none with feature names
                     return None
                 row = X[0].tolist()
+                if X is one.last[0] and row == one.last[1]:  # the row just read (predict, then partial_fit)
+                    return plan, one.keys, one.vals
             elif type(X) is one.frame and one.col_data is not None:
                 row = one.frame_row(X)
                 if row is None:
                     return None
             else:
                 return None
+            one.last = (None, None)  # the buffers are about to change
             keys = one.keys
             b = 0
             for j in one.ent:
@@ -649,6 +653,7 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
                     k += 1
         except Exception:  # anything unusual: the full validation says what is wrong
             return None
+        one.last = (X, row) if type(X) is np.ndarray else (None, None)
         return plan, keys, one.vals
 
     def _fast_learn(self, X, y, sample_weight, classes):
