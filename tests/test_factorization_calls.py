@@ -84,8 +84,9 @@ def test_fast_path_equals_full_validation_bit_for_bit(model, context, frame, opt
             m_fast, s_fast = fast.predict(rows[t], return_std=True)
             assert np.array_equal(s_fast, _slow(slow).predict(rows[t], return_std=True)[1])
         assert np.array_equal(m_fast, m_slow) and m_fast.shape == m_slow.shape == (1,)
-        fast.partial_fit(rows[t], y[t:t + 1])
-        _slow(slow).partial_fit(rows[t], y[t:t + 1])
+        target = pd.Series(y[t:t + 1], index=[t]) if frame else y[t:t + 1]
+        fast.partial_fit(rows[t], target)
+        _slow(slow).partial_fit(rows[t], target)
     _same_state(_state(fast), _state(slow))
     assert len(validations) < 10  # the rows went the fast way
     assert fast.n_iter_ == slow.n_iter_
@@ -101,10 +102,10 @@ def test_classifier_fast_path_equals_full_validation():
         p_fast = fast.predict_proba(X[t:t + 1])
         assert np.array_equal(p_fast, _slow(slow).predict_proba(X[t:t + 1]))
         assert fast.predict(X[t:t + 1])[0] == _slow(slow).predict(X[t:t + 1])[0]
-        fast.partial_fit(X[t:t + 1], labels[t:t + 1])
-        _slow(slow).partial_fit(X[t:t + 1], labels[t:t + 1])
+        fast.partial_fit(X[t:t + 1], labels[t:t + 1], classes=["down", "up"])  # classes: ignored once fitted
+        _slow(slow).partial_fit(X[t:t + 1], labels[t:t + 1], classes=["down", "up"])
     _same_state(_state(fast), _state(slow))
-    assert "_one_row" in vars(fast)
+    assert vars(fast)["_one_row"].params is not None
 
 
 def _bad_calls():

@@ -143,6 +143,7 @@ class _OneRow:
         self.names = getattr(est, "feature_names_in_", None)
         self.dtypes = set()  # of arrays
         self.frame = pd.DataFrame
+        self.series = pd.Series
         self.col_data = None  # the column labels' array of a DataFrame that passed
         self.categories = {}
         self.ent = tuple(est.entity_columns_)
@@ -657,11 +658,16 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
         return plan, keys, one.vals
 
     def _fast_learn(self, X, y, sample_weight, classes):
-        """``partial_fit`` of one row on the fast path; False when it does not apply."""
-        if sample_weight is not None or classes is not None or type(y) is not np.ndarray or y.shape != (1,):
+        """``partial_fit`` of one row on the fast path; False when it does not apply. (``classes``
+        only counts on the first call: the full path ignores it on a fitted estimator, as here.)"""
+        if sample_weight is not None:
             return False
         one = self.__dict__.get("_one_row")
         if one is None or one.params is None:
+            return False
+        if type(y) is one.series:  # a Series slice: its values, as np.asarray(y) reads them
+            y = y._values
+        if type(y) is not np.ndarray or y.shape != (1,):
             return False
         try:
             if one.params[0](self.__dict__) != one.params[1]:  # set_params since the last validation
