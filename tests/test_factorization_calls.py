@@ -245,3 +245,12 @@ def test_fast_path_copies_and_threads():
         assert other.filter_.time == est.filter_.time + 2
     assert np.array_equal(est.predict(X[:1]), expected[0])
     assert np.array_equal(clone.predict(X[:1]), twin.predict(X[:1]))
+
+
+def test_prequential_score_skips_the_row_before_any_data():
+    from skfilter.model_selection import prequential_score
+
+    X, y = _stream(n=120)
+    scores = prequential_score(FactorizationRegressor(model="mf", entity_columns=[0, 1], n_factors=2, random_state=0),
+                               X, y, scoring=["rmse", "nlpd", "coverage"])
+    assert all(np.isfinite(v) for v in scores.values())
