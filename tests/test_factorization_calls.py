@@ -30,8 +30,11 @@ def _stream(n=240, seed=0, context=False):
 
 
 def _frame(X):
-    return pd.DataFrame({"user": pd.Categorical([f"u{v}" for v in X[:, 0]]),
-                         "item": pd.array([f"i{v}" for v in X[:, 1]], dtype="str")})
+    frame = pd.DataFrame({"user": pd.Categorical([f"u{v}" for v in X[:, 0]]),
+                          "item": pd.array([f"i{v}" for v in X[:, 1]], dtype="str")})
+    for j in range(2, X.shape[1]):  # numeric context (one float block)
+        frame[f"x{j}"] = X[:, j].astype(float)
+    return frame
 
 
 def _state(est):
@@ -62,7 +65,7 @@ def _slow(est):
 
 
 @pytest.mark.parametrize("model, context, frame, options", [
-    ("mf", False, False, {}), ("fm", True, False, {}), ("fm", False, True, {}),
+    ("mf", False, False, {}), ("fm", True, False, {}), ("fm", False, True, {}), ("mf", True, True, {}),
     ("fm", True, False, {"dtype": "float32", "context_blocks": "per-column", "half_life": 30.0})])
 def test_fast_path_equals_full_validation_bit_for_bit(model, context, frame, options):
     X, y = _stream(context=context)
