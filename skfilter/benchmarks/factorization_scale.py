@@ -108,7 +108,8 @@ def per_event_costs(n_users=1_000, n_items=200, n_events=30_000, n_calls=2_000, 
 
 CALL_COLUMNS = [("what", "model", ""), ("input", "ids", ""), ("fit", "fit µs/event", ".2f"),
                 ("preq", "prequential µs/event", ".2f"), ("preq_ratio", "prequential ÷ fit (target ≤ 2)", ".2f"),
-                ("call", "one row per call µs/event (target ≤ 25)", ".1f"), ("call_ratio", "one row per call ÷ fit", ".1f")]
+                ("call", "one row per call µs/event (target ≤ 25)", ".1f"),
+                ("call_ratio", "one row per call ÷ fit", ".1f")]
 
 
 def run(n_users=100_000, n_items=10_000, n_events=1_000_000, n_factors=8, warmup=1_000, api_events=5_000,
@@ -209,7 +210,8 @@ def main(args) -> int:
                 f"rate): {rates}. Wall time {time.perf_counter() - start:.0f} s.\n")
         cmd = "factorization-scale" + (" --quick" if args.quick else
                                        f" --users {args.users} --items {args.items} --events {args.events} "
-                                       f"--factors {args.factors} --warmup {args.warmup} --api-events {args.api_events}")
+                                       f"--factors {args.factors} --warmup {args.warmup} "
+                                       f"--api-events {args.api_events}")
         path = write_text(args.out / "factorization_scale_table.md", format_table(rows, COLUMNS, markdown=True) + note,
                           cmd)
         print(f"  table written to {path}")
@@ -221,14 +223,15 @@ def main(args) -> int:
             f"thread; CPU time of the process (robust to other jobs on the machine), best of {args.repeats}. "
             f"`fit` of {args.preq_events} rows; the prequential pass over the same rows "
             "(`skfilter.model_selection.prequential_predict(est, X, y, return_std=True)`: each row's prediction "
-            f"recorded inside the compiled DEKF before the row is learned); then {args.calls} more rows fed one per call "
-            "to the fitted estimator (`predict(row)` then `partial_fit(row, y_row)`; the rows sliced beforehand: "
+            f"recorded inside the compiled DEKF before the row is learned); then {args.calls} more rows fed one per "
+            "call to the fitted estimator (`predict(row)` then `partial_fit(row, y_row)`; the rows sliced beforehand: "
             "`X[t:t+1]`, `frame.iloc[[t]]`). Ids: an object array with `entity_columns=[0, 1]`, or a DataFrame with "
             "a categorical user and a string item column.\n")
     cmd = "factorization-scale" + (" --quick" if args.quick else "") + " --calls-only" + (
-        "" if args.quick else f" --factors {args.factors} --call-users {args.call_users} --call-items {args.call_items} "
-        f"--preq-events {args.preq_events} --calls {args.calls} --repeats {args.repeats}")
-    path = write_text(args.out / "factorization_calls_table.md", format_table(calls, CALL_COLUMNS, markdown=True) + note,
-                      cmd)
+        "" if args.quick else f" --factors {args.factors} --call-users {args.call_users} "
+        f"--call-items {args.call_items} --preq-events {args.preq_events} --calls {args.calls} "
+        f"--repeats {args.repeats}")
+    path = write_text(args.out / "factorization_calls_table.md",
+                      format_table(calls, CALL_COLUMNS, markdown=True) + note, cmd)
     print(f"  table written to {path}")
     return 0

@@ -178,8 +178,12 @@ class _OneRow:
             if not isinstance(cols, slice) or (cols.step or 1) != 1:
                 layout = None
                 break
-            kind = "numpy" if type(values) is np.ndarray else "category" if isinstance(values.dtype, pd.CategoricalDtype) \
-                else "arrow" if hasattr(values, "_pa_array") else "other"
+            if type(values) is np.ndarray:
+                kind = "numpy"
+            elif isinstance(values.dtype, pd.CategoricalDtype):
+                kind = "category"
+            else:
+                kind = "arrow" if hasattr(values, "_pa_array") else "other"
             if kind != "numpy" and cols.stop - cols.start != 1:
                 layout = None
                 break

@@ -350,7 +350,12 @@ def factorization_events(rows2, data, icfg, f64s, dts):
             quad = 0.0
             for b in range(nblk):
                 K = Ks[b]
-                src = pcov[b] if newat[b, j] else (PC[b] if PRED[b] != 0.0 else _cube(ptrs, b, _COV, K, pcen)[rows[b, j]])
+                if newat[b, j]:
+                    src = pcov[b]
+                elif PRED[b] != 0.0:
+                    src = PC[b]
+                else:
+                    src = _cube(ptrs, b, _COV, K, pcen)[rows[b, j]]
                 for i in range(K):
                     v = 0.0
                     for k in range(K):
