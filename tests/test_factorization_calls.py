@@ -257,3 +257,15 @@ def test_prequential_score_skips_the_row_before_any_data():
     scores = prequential_score(FactorizationRegressor(model="mf", entity_columns=[0, 1], n_factors=2, random_state=0),
                                X, y, scoring=["rmse", "nlpd", "coverage"])
     assert all(np.isfinite(v) for v in scores.values())
+
+
+def test_kernels_switched_off_leave_the_fast_path():
+    from skfilter.kernels import compiled_kernels
+
+    X, y = _stream()
+    est = FactorizationRegressor(model="mf", entity_columns=[0, 1], n_factors=2, random_state=0).fit(X, y)
+    compiled = [est.predict(X[t:t + 1]) for t in range(5)]
+    with compiled_kernels(False):
+        assert est._fast_row(X[:1]) is None
+        torch_engine = [est.predict(X[t:t + 1]) for t in range(5)]
+    assert np.allclose(compiled, torch_engine, rtol=1e-12, atol=1e-12)

@@ -54,7 +54,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._utils import pass_progress, progress_bar, resolve_device, resolve_dtype
 from ..exceptions import FilterStepError
-from ..kernels import AVAILABLE as _KERNELS_AVAILABLE, _state as _kernel_state, enabled as _kernels_enabled
+from .. import kernels as _kernels
 from ..kernels.factorization import kernel_plan, predict_events_compiled, run_events_compiled, serves
 from .._validation import PrefixedParamsMixin, ValidatedParamsMixin, check_parameter_constraints
 from ..likelihoods import Bernoulli, Categorical, Gaussian, Poisson, probit_probabilities
@@ -94,15 +94,17 @@ _env_seen = [object(), False]  # the raw value of the variable last seen, and en
 
 
 def _kernels_on() -> bool:
-    """:func:`skfilter.kernels.enabled`, without reading the environment when it has not changed."""
-    flag = getattr(_kernel_state, "enabled", None)
+    """:func:`skfilter.kernels.enabled`, without reading the environment when it has not changed (its
+    thread's switch, :func:`skfilter.kernels.compiled_kernels`, read each time)."""
+    state = getattr(_kernels, "_state", None)
+    if state is None or _ENV_DATA is None or _ENV_RAW_KEY is None:
+        return _kernels.enabled()
+    flag = getattr(state, "enabled", None)
     if flag is not None:
-        return bool(_KERNELS_AVAILABLE and flag)
-    if _ENV_DATA is None or _ENV_RAW_KEY is None:
-        return _kernels_enabled()
+        return bool(_kernels.AVAILABLE and flag)
     raw = _ENV_DATA.get(_ENV_RAW_KEY)
     if raw is not _env_seen[0]:
-        _env_seen[:] = [raw, _kernels_enabled()]
+        _env_seen[:] = [raw, _kernels.enabled()]
     return _env_seen[1]
 
 
