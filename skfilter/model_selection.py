@@ -482,11 +482,14 @@ def prequential_score(estimator, X, y, *, scoring=None, sample_weight=None, clas
                               classes=classes)
     mean, std = res if need_std else (res, None)
     y_true = y_arr.astype(np.float64).reshape(np.shape(mean))
-    if not plain:  # rows before the estimator had learned anything have no prediction
-        keep = np.isfinite(mean).reshape(len(mean), -1).all(axis=1)
-        if not keep.all():
-            y_true, mean = y_true[keep], mean[keep]
-            std = None if std is None else std[keep]
+    # rows before the estimator had learned anything have no prediction (in an estimator's own loop,
+    # the leading ones: the factorization estimators' row 0, whose 'auto' priors need data)
+    keep = np.isfinite(mean).reshape(len(mean), -1).all(axis=1)
+    if plain:
+        keep = np.arange(len(keep)) >= (int(np.argmax(keep)) if keep.any() else len(keep))
+    if not keep.all():
+        y_true, mean = y_true[keep], mean[keep]
+        std = None if std is None else std[keep]
     fns = [(n, s if callable(s) else _regression_metric(s)) for n, s in items]
     return {n: float(f(y_true, mean, std)) for n, f in fns}
 

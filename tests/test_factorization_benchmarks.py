@@ -38,6 +38,8 @@ def test_peers_and_scale_quick(tmp_path):
     assert main(["factorization-scale", "--quick", "--out", str(tmp_path)]) == 0
     table = (tmp_path / "factorization_scale_table.md").read_text()
     assert "events/s" in table and "partial_fit" in table
+    calls = (tmp_path / "factorization_calls_table.md").read_text()
+    assert "prequential" in calls and "one row per call" in calls and "DataFrame" in calls
 
 
 @pytest.mark.parametrize("name", list(factorization_sim.PROBLEMS))

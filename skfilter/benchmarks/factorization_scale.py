@@ -12,12 +12,21 @@ Gaussian noise) is learned by ``FactorizationRegressor(model='mf', n_factors=8)`
 * **the torch engine** — ``--api-events`` more rows with the compiled kernels off
   (:func:`skfilter.kernels.compiled_kernels`): the reference path (multiclass models and the
   iterated EKF run there), on the grown tables;
+* **one event per call and prequential evaluation** — on a smaller stream (``--call-users`` ×
+  ``--call-items``, ``--preq-events`` rows), for MF and an order-2 factorization machine, with ids
+  in a NumPy array and in a DataFrame (categorical user, string item): ``fit`` per event, the
+  prequential pass (:func:`skfilter.model_selection.prequential_predict`: each row predicted inside
+  the compiled DEKF before it is learned) per event and its ratio to ``fit`` (target ≤ 2), and
+  ``predict`` then ``partial_fit`` of one row per call on the fitted estimator (``--calls`` rows,
+  target ≤ 25 µs per event). Each figure is the best of ``--repeats`` timings in this process, in
+  CPU time of the process (one thread: robust to other jobs on the machine);
 * **memory** — the belief's bytes (:meth:`~skfilter.factorization.FactorizationFilter.nbytes`: the
   means and covariance blocks of the entities seen) and the process's peak resident set size
   (``resource.getrusage``), with the number of entities seen.
 
-Run as ``python -m skfilter.benchmarks factorization-scale`` (table
-``factorization_scale_table.md`` under ``--out``).
+Run as ``python -m skfilter.benchmarks factorization-scale`` (tables
+``factorization_scale_table.md`` and ``factorization_calls_table.md`` under ``--out``;
+``--calls-only``: the second only).
 """
 
 from __future__ import annotations
@@ -41,6 +50,66 @@ def peak_rss_mb():
         return None
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss / (1024 ** 2 if sys.platform == "darwin" else 1024)
+
+
+def per_event_costs(n_users=1_000, n_items=200, n_events=30_000, n_calls=2_000, n_factors=8, repeats=3, seed=0,
+                    progress=print):
+    """Rows of the per-event costs (module docstring): ``fit``, the prequential pass and one event
+    per call, in µs per event, for MF and FM (order 2) from NumPy and from a DataFrame."""
+    import pandas as pd
+
+    from .. import FactorizationRegressor
+    from ..model_selection import prequential_predict
+    from .factorization import make_stream
+
+    stream = make_stream("ratings", n_users, n_items, n_events + n_calls, n_factors=4, seed=seed)
+    X = np.column_stack([stream.user, stream.item]).astype(object)
+    frame = pd.DataFrame({"user": pd.Categorical([f"u{u}" for u in stream.user]),
+                          "item": pd.array([f"i{i}" for i in stream.item], dtype="str")})
+    y = stream.y
+    rows = []
+    for model, label in (("mf", "MF"), ("fm", "FM order 2")):
+        for kind in ("NumPy", "DataFrame"):
+            data = X if kind == "NumPy" else frame
+
+            def make():
+                kwargs = {"entity_columns": [0, 1]} if kind == "NumPy" else {}
+                return FactorizationRegressor(model=model, n_factors=n_factors, random_state=seed, **kwargs)
+
+            def best(fn):
+                times = []
+                for _ in range(repeats):  # CPU time of this (one-thread) process: robust on a shared machine
+                    t0 = time.process_time()
+                    fn()
+                    times.append(time.process_time() - t0)
+                return min(times)
+
+            head = data[:n_events] if kind == "NumPy" else data.iloc[:n_events]
+            make().fit(head[:100], y[:100])  # compiled variants loaded
+            fit_s = best(lambda: make().fit(head, y[:n_events])) / n_events
+            preq_s = best(lambda: prequential_predict(make(), head, y[:n_events], return_std=True)) / n_events
+            est = make().fit(head, y[:n_events])
+            calls = [data[t:t + 1] if kind == "NumPy" else data.iloc[[t]] for t in range(n_events, n_events + n_calls)]
+            targets = [y[t:t + 1] for t in range(n_events, n_events + n_calls)]
+
+            def one_per_call():
+                for row, target in zip(calls, targets):
+                    est.predict(row)
+                    est.partial_fit(row, target)
+
+            call_s = best(one_per_call) / n_calls
+            rows.append({"what": label, "input": kind, "fit": 1e6 * fit_s, "preq": 1e6 * preq_s,
+                         "preq_ratio": preq_s / fit_s, "call": 1e6 * call_s, "call_ratio": call_s / fit_s})
+            if progress:
+                progress(f"  {label}, {kind}: fit {1e6 * fit_s:.2f} µs/event, prequential {1e6 * preq_s:.2f} µs/event "
+                         f"({preq_s / fit_s:.2f}× fit), predict + partial_fit of one row {1e6 * call_s:.1f} µs/event")
+    return rows
+
+
+CALL_COLUMNS = [("what", "model", ""), ("input", "ids", ""), ("fit", "fit µs/event", ".2f"),
+                ("preq", "prequential µs/event", ".2f"), ("preq_ratio", "prequential ÷ fit (target ≤ 2)", ".2f"),
+                ("call", "one row per call µs/event (target ≤ 25)", ".1f"),
+                ("call_ratio", "one row per call ÷ fit", ".1f")]
 
 
 def run(n_users=100_000, n_items=10_000, n_events=1_000_000, n_factors=8, warmup=1_000, api_events=5_000,
@@ -105,6 +174,16 @@ def add_arguments(parser) -> None:
     parser.add_argument("--api-events", type=positive_int, default=5_000,
                         help="rows learned by the torch engine (kernels off) after them")
     parser.add_argument("--chunk", type=positive_int, default=100_000, help="rows per timed partial_fit call")
+    parser.add_argument("--call-users", type=positive_int, default=1_000,
+                        help="users of the stream of the per-event costs (one row per call, prequential)")
+    parser.add_argument("--call-items", type=positive_int, default=200, help="items of that stream")
+    parser.add_argument("--preq-events", type=positive_int, default=30_000,
+                        help="rows of fit and of the prequential pass (the issue's size: 30,000)")
+    parser.add_argument("--calls", type=positive_int, default=2_000,
+                        help="rows fed one per call (predict, then partial_fit) after them")
+    parser.add_argument("--repeats", type=positive_int, default=3, help="timings per figure (the best is kept)")
+    parser.add_argument("--calls-only", action="store_true",
+                        help="only the per-event costs (table factorization_calls_table.md), not the scale run")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="smoke test: 2,000 users, 500 items, 2,000 events")
     parser.add_argument("--no-figure", action="store_true", help="(no figure: accepted for uniformity)")
@@ -116,20 +195,43 @@ def main(args) -> int:
     if args.quick:
         args.users, args.items, args.events = 2_000, 500, 2_000
         args.warmup, args.api_events, args.chunk = 200, 200, 1_000
+        args.call_users, args.call_items, args.preq_events, args.calls, args.repeats = 200, 50, 2_000, 200, 1
     start = time.perf_counter()
-    rows, chunks, rss0 = run(args.users, args.items, args.events, args.factors, args.warmup, args.api_events,
-                             args.chunk, args.seed)
-    print(format_table(rows, COLUMNS))
-    rates = ", ".join(f"{n}: {r:.0f}" for n, r in chunks)
-    note = (f"\n\n{args.users} users × {args.items} items, "
-            f"`FactorizationRegressor(model='mf', n_factors={args.factors})` (user, item and global biases; "
-            f"Gaussian ratings), one thread. Belief: the bytes of the entities' means and "
-            f"covariance blocks; peak RSS of the whole process (Python, torch and the stream included; "
-            f"{rss0:.0f} MB before the model was built). Events/s per chunk of {args.chunk} (events so far: rate): "
-            f"{rates}. Wall time {time.perf_counter() - start:.0f} s.\n")
-    cmd = "factorization-scale" + (" --quick" if args.quick else
-                                   f" --users {args.users} --items {args.items} --events {args.events} "
-                                   f"--factors {args.factors} --warmup {args.warmup} --api-events {args.api_events}")
-    path = write_text(args.out / "factorization_scale_table.md", format_table(rows, COLUMNS, markdown=True) + note, cmd)
+    if not args.calls_only:
+        rows, chunks, rss0 = run(args.users, args.items, args.events, args.factors, args.warmup, args.api_events,
+                                 args.chunk, args.seed)
+        print(format_table(rows, COLUMNS))
+        rates = ", ".join(f"{n}: {r:.0f}" for n, r in chunks)
+        note = (f"\n\n{args.users} users × {args.items} items, "
+                f"`FactorizationRegressor(model='mf', n_factors={args.factors})` (user, item and global biases; "
+                f"Gaussian ratings), one thread. Belief: the bytes of the entities' means and "
+                f"covariance blocks; peak RSS of the whole process (Python, torch and the stream included; "
+                f"{rss0:.0f} MB before the model was built). Events/s per chunk of {args.chunk} (events so far: "
+                f"rate): {rates}. Wall time {time.perf_counter() - start:.0f} s.\n")
+        cmd = "factorization-scale" + (" --quick" if args.quick else
+                                       f" --users {args.users} --items {args.items} --events {args.events} "
+                                       f"--factors {args.factors} --warmup {args.warmup} "
+                                       f"--api-events {args.api_events}")
+        path = write_text(args.out / "factorization_scale_table.md", format_table(rows, COLUMNS, markdown=True) + note,
+                          cmd)
+        print(f"  table written to {path}")
+    calls = per_event_costs(args.call_users, args.call_items, args.preq_events, args.calls, args.factors, args.repeats,
+                            args.seed)
+    print(format_table(calls, CALL_COLUMNS))
+    note = (f"\n\n{args.call_users} users × {args.call_items} items (uniform pairs, Gaussian ratings), "
+            f"`FactorizationRegressor(n_factors={args.factors})` (`model='mf'`, or `'fm'` of order 2), float64, one "
+            f"thread; CPU time of the process (robust to other jobs on the machine), best of {args.repeats}. "
+            f"`fit` of {args.preq_events} rows; the prequential pass over the same rows "
+            "(`skfilter.model_selection.prequential_predict(est, X, y, return_std=True)`: each row's prediction "
+            f"recorded inside the compiled DEKF before the row is learned); then {args.calls} more rows fed one per "
+            "call to the fitted estimator (`predict(row)` then `partial_fit(row, y_row)`; the rows sliced beforehand: "
+            "`X[t:t+1]`, `frame.iloc[[t]]`). Ids: an object array with `entity_columns=[0, 1]`, or a DataFrame with "
+            "a categorical user and a string item column.\n")
+    cmd = "factorization-scale" + (" --quick" if args.quick else "") + " --calls-only" + (
+        "" if args.quick else f" --factors {args.factors} --call-users {args.call_users} "
+        f"--call-items {args.call_items} --preq-events {args.preq_events} --calls {args.calls} "
+        f"--repeats {args.repeats}")
+    path = write_text(args.out / "factorization_calls_table.md",
+                      format_table(calls, CALL_COLUMNS, markdown=True) + note, cmd)
     print(f"  table written to {path}")
     return 0

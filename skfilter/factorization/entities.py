@@ -193,6 +193,30 @@ class EntityTable:
             self._create(len(fresh), time)
         return out
 
+    def add(self, key, time: int) -> int:
+        """Create the entity ``key`` (not in the table) at ``time`` and return its row: exactly
+        ``rows([key], time)`` (the same prior draw), written through NumPy views on the CPU (a few µs)."""
+        if self.device.type != "cpu":
+            return int(self.rows([key], time)[0])
+        n = self.n_entities
+        self._grow(n + 1)
+        draws = self.prior.mean + self.prior.jitter * self._rng.standard_normal((1, self.K))
+        cache = self.__dict__.get("_new_cache")
+        if cache is None or cache[0] is not self._prior_cov or cache[1] is not self._stationary:
+            _, cov, Pi = self.new_blocks(0)
+            cache = (self._prior_cov, self._stationary, cov.numpy(), Pi.numpy())
+            self._new_cache = cache
+        self.mean.numpy()[n] = draws[0]
+        self.cov.numpy()[n] = cache[2]
+        self.last_time.numpy()[n] = int(time)
+        if self.references:
+            self.ref_mean.numpy()[n] = draws[0]
+            self.cross.numpy()[n] = cache[3] if self.learn_reference else 0.0
+            self.ref_cov.numpy()[n] = cache[3] if self.learn_reference else 0.0
+        self.ids[key] = n
+        self.n_entities = n + 1
+        return n
+
     def _create(self, n: int, time: int):
         start = self.n_entities
         self._grow(start + n)

@@ -25,12 +25,24 @@ do). An id never seen gets the prior of its column at prediction time.
 * ``'cp'`` — CP tensor factorization of the order of the number of id columns
   ``λ = w₀ + Σ_i b_i + Σ_l Π_i ξ_{i,l}``, plus a linear term in the context;
 * ``'glm'`` — a generalised linear model: one weight per id and per numeric column.
+
+**Speed.** Where the compiled DEKF serves the model (:func:`skfilter.kernels.factorization.serves`),
+``fit``/``partial_fit`` learn a few µs per event, ``predict`` runs in the kernel too, and
+:meth:`~FactorizationRegressor.prequential_fit_predict` (what
+:func:`skfilter.model_selection.prequential_predict` calls) records each row's one-step-ahead
+prediction inside the kernel's loop. One event per call (``predict`` then ``partial_fit`` of one row,
+the online-serving pattern) takes a fast path: a one-row NumPy array or DataFrame of a kind (width,
+dtype, feature names, columns' dtypes) that a full validation accepted before goes straight to the
+kernel, ids looked up in the entity tables; anything else, and every error, takes the full
+validation (same results bit for bit, same errors, nothing learned on an error).
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+import os
+from operator import itemgetter
 
 import numpy as np
 import torch
@@ -42,7 +54,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._utils import pass_progress, progress_bar, resolve_device, resolve_dtype
 from ..exceptions import FilterStepError
-from ..kernels.factorization import run_events_compiled, serves
+from .. import kernels as _kernels
+from ..kernels.factorization import kernel_plan, predict_events_compiled, run_events_compiled, serves
 from .._validation import PrefixedParamsMixin, ValidatedParamsMixin, check_parameter_constraints
 from ..likelihoods import Bernoulli, Categorical, Gaussian, Poisson, probit_probabilities
 from ..priors import input_standardization, target_scale
@@ -72,6 +85,162 @@ def _is_numeric_dtype(dtype) -> bool:
     from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
     return bool(is_numeric_dtype(dtype) or is_bool_dtype(dtype))
+
+
+_ENV_KEY = "SKFILTER_COMPILED"
+_ENV_DATA = getattr(os.environ, "_data", None)  # CPython's mapping behind os.environ
+_ENV_RAW_KEY = os.environ.encodekey(_ENV_KEY) if hasattr(os.environ, "encodekey") else None
+_env_seen = [object(), False]  # the raw value of the variable last seen, and enabled() then
+
+
+def _kernels_on() -> bool:
+    """:func:`skfilter.kernels.enabled`, without reading the environment when it has not changed (its
+    thread's switch, :func:`skfilter.kernels.compiled_kernels`, read each time)."""
+    state = getattr(_kernels, "_state", None)
+    if state is None or _ENV_DATA is None or _ENV_RAW_KEY is None:
+        return _kernels.enabled()
+    flag = getattr(state, "enabled", None)
+    if flag is not None:
+        return bool(_kernels.AVAILABLE and flag)
+    raw = _ENV_DATA.get(_ENV_RAW_KEY)
+    if raw is not _env_seen[0]:
+        _env_seen[:] = [raw, _kernels.enabled()]
+    return _env_seen[1]
+
+
+def _n_rows(X):
+    from sklearn.utils.validation import _num_samples
+
+    return _num_samples(X)
+
+
+def _take(a, start, stop):
+    """Rows ``start:stop`` of an array, list or DataFrame (None stays None)."""
+    if a is None:
+        return None
+    if hasattr(a, "iloc"):
+        return a.iloc[start:stop]
+    if isinstance(a, np.ndarray):
+        return a[start:stop]
+    return np.asarray(a, dtype=object if not hasattr(a, "__array__") else None)[start:stop] \
+        if not isinstance(a, list) else a[start:stop]
+
+
+class _OneRow:
+    """What full validations of one-row calls established, so that the next ones skip them (the fast
+    path of :meth:`_FactorizationBase._fast_row`): the fitted filter and its kernel plan, the array
+    dtypes and the DataFrame columns (names and dtypes) that passed, the column roles, the context's
+    standardisation, the parameters the last ``partial_fit`` validated, and buffers for the row."""
+
+    def __init__(self, est):
+        import pandas as pd
+
+        f = est.filter_
+        self.filt = f
+        self.plan = kernel_plan(f)
+        self.width = int(est.n_features_in_)
+        self.shape = (1, self.width)
+        self.np_dtype = np.float32 if f.dtype == torch.float32 else np.float64
+        self.y_ndim = getattr(est, "_y_ndim", 1)
+        self.names = getattr(est, "feature_names_in_", None)
+        self.dtypes = set()  # of arrays
+        self.frame = pd.DataFrame
+        self.series = pd.Series
+        self.col_data = None  # the column labels' array of a DataFrame that passed
+        self.categories = {}
+        self.ent = tuple(est.entity_columns_)
+        self.ctx = tuple(j for j in range(self.width) if j not in self.ent)
+        n_ctx = est._n_context
+        off = [float(v) for v in est._context_offset] if n_ctx else []
+        scale = [float(v) for v in est._context_scale] if n_ctx else []
+        self.ctx_cols = tuple(zip(self.ctx, off, scale))
+        self.f32 = f.dtype == torch.float32
+        self.params = None  # (getter of the parameters from vars(est), their values) after a validation
+        self.last = (None, None)  # the array last read and its row: keys and values still hold it
+        self.classes = None
+        if hasattr(est, "classes_"):
+            try:
+                self.classes = {c: i for i, c in enumerate(est.classes_.tolist())}
+            except TypeError:
+                self.classes = None
+        plan = self.plan
+        self.keys = [0] * plan.nblk
+        self.vals = plan.values1  # the kernel's one-event buffer: ids have value 1
+        self.vals[0, :len(self.ent)] = 1.0
+
+    def remember_frame(self, X):
+        """Accept DataFrames with the columns (names, dtypes and block layout) of ``X``, which passed."""
+        import pandas as pd
+
+        self.names_list = list(self.names)
+        layout = []
+        for blk in X._mgr.blocks:
+            values = blk.values
+            cols = blk.mgr_locs.indexer
+            if not isinstance(cols, slice) or (cols.step or 1) != 1:
+                layout = None
+                break
+            if type(values) is np.ndarray:
+                kind = "numpy"
+            elif isinstance(values.dtype, pd.CategoricalDtype):
+                kind = "category"
+            else:
+                kind = "arrow" if hasattr(values, "_pa_array") else "other"
+            if kind != "numpy" and cols.stop - cols.start != 1:
+                layout = None
+                break
+            layout.append((type(values), values.dtype, cols, kind))
+        self.layout = None if layout is None else tuple(layout)
+        self.row = [None] * self.width
+        self.strings = {}
+        self.checked = None
+        self.col_data = X.columns._data
+
+    def frame_row(self, X):
+        """The values of the one row of the DataFrame ``X`` as Python objects (as
+        ``np.asarray(column, dtype=object)`` gives them), or None when its columns, their dtypes or
+        its block layout are not those that passed, or a value is missing."""
+        mgr = X._mgr
+        axes = mgr.axes
+        if axes[0]._data is not self.col_data and axes[0].tolist() != self.names_list:
+            return None
+        if len(axes[1]) != 1 or self.layout is None:
+            return None
+        blocks = mgr.blocks
+        if len(blocks) != len(self.layout):
+            return None
+        row = self.row
+        checked = blocks is self.checked  # the blocks of the last frame checked (their dtypes and places)
+        for blk, (vtype, dtype, cols, kind) in zip(blocks, self.layout):
+            values = blk.values
+            if type(values) is not vtype:
+                return None
+            if not checked and ((values.dtype is not dtype and values.dtype != dtype) or blk.mgr_locs.indexer != cols):
+                return None
+            c = cols.start
+            if kind == "numpy":
+                row[c:cols.stop] = values[:, 0].tolist()
+            elif kind == "category":
+                code = int(values._codes[0])
+                if code < 0:
+                    return None
+                cats = self.categories.get(id(dtype))
+                if cats is None or cats[0] is not dtype:
+                    cats = self.categories[id(dtype)] = (dtype, dtype.categories.tolist())
+                row[c] = cats[1][code]
+            elif kind == "arrow":  # immutable: the value of the same array is the same
+                pa = values._pa_array
+                seen = self.strings.get(c)
+                if seen is not None and seen[0] is pa:
+                    row[c] = seen[1]
+                else:
+                    v = pa.to_pylist()[0]
+                    self.strings[c] = (pa, v)
+                    row[c] = v
+            else:
+                row[c] = values[0]
+        self.checked = blocks
+        return row
 
 
 class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
@@ -139,6 +308,8 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
             else:
                 try:
                     ctx.append(np.asarray(col, dtype=np.float64))
+                except OverflowError:
+                    raise ValueError(f"Column {j} holds a value too large for float64.") from None
                 except (TypeError, ValueError):
                     raise ValueError(f"Column {j} is not numeric; name it in entity_columns if it holds entity "
                                      "ids.") from None
@@ -175,6 +346,7 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
         """Validated ``(ids, context, y)``; leaves nothing changed on error."""
         import pandas as pd
 
+        X_in = X
         if first:
             # scikit-learn's bookkeeping (n_features_in_, feature_names_in_) and its checks of X
             validate_data(self, X, reset=True, dtype=None, ensure_all_finite=False, skip_check_array=False)
@@ -187,6 +359,8 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
         ids, context = self._split_columns(X, first)
         if not first and context.shape[1] != self._n_context:
             raise ValueError(f"X has {context.shape[1]} numeric columns; the model was fitted with {self._n_context}.")
+        if not first and len(context) == 1:
+            self._remember(X_in)
         return ids, context
 
     # -- building the model -------------------------------------------------------------------------
@@ -288,10 +462,13 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
         return list(ids) + [None] * n_context_slots
 
     # -- fitting ------------------------------------------------------------------------------------
-    def _fit(self, X, y, sample_weight, reset, classes=None):
+    def _fit(self, X, y, sample_weight, reset, classes=None, passes=None, record=False):
+        """Learn ``(X, y)`` (``passes`` passes; default ``n_epochs`` for a refit, else 1); with
+        ``record``, one pass that returns each row's one-step-ahead prediction (:meth:`_one_pass`)."""
         device, dtype = self._resolve()
-        passes = int(self.n_epochs) if reset else 1
-        if reset and self.warm_start and hasattr(self, "filter_"):
+        if passes is None:
+            passes = int(self.n_epochs) if reset else 1
+        if reset and self.warm_start and hasattr(self, "filter_") and not record:
             reset = False  # fit continues the stream
         first = reset or not hasattr(self, "filter_")
         # a refit replaces the fitted attributes with new objects: on failure the old ones come back
@@ -309,6 +486,8 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
                 self.n_samples_seen_, self.n_iter_ = 0, 0
             elif (device, dtype) != (self.filter_.device, self.filter_.dtype):
                 self.filter_.to(device, dtype)
+            if not first and not record:
+                self._note_params()
         except BaseException:
             if first:
                 self._forget()
@@ -319,19 +498,25 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
         Yt = torch.as_tensor(np.array(Y, dtype=np.float64), dtype=self.filter_.dtype, device=self.filter_.device)
         slot_ids = self._slot_ids(ids)
         n = len(context)
+        rec = None
+        if record:
+            rec = np.zeros((n, 5)) if serves(self.filter_) else []
         bar = progress_bar(self.verbose, passes * n, type(self).__name__)
         try:
             for epoch in range(passes):
-                self._one_pass(n, slot_ids, values, Yt, w, pass_progress(bar, epoch * n))
+                self._one_pass(n, slot_ids, values, Yt, w, pass_progress(bar, epoch * n), record=rec)
                 self.n_iter_ = self.__dict__.get("n_iter_", 0) + 1
         finally:
             if bar is not None:
                 bar.close()
-        return self
+        return rec if record else self
 
-    def _one_pass(self, n, slot_ids, values, Yt, w, progress=None):
+    def _one_pass(self, n, slot_ids, values, Yt, w, progress=None, record=None):
         """Learn the ``n`` rows once, in order: the compiled DEKF when it serves the model, else the
-        torch engine row by row (undoing a failed row); ``progress(rows_done)`` between chunks/rows."""
+        torch engine row by row (undoing a failed row); ``progress(rows_done)`` between chunks/rows.
+        ``record``: an ``(n, 5)`` array that the compiled DEKF fills with each row's prediction made
+        before the row is learned (``run_events_compiled``), or a list that gets each row's
+        ``(λ, Cov λ)`` (torch engine)."""
         chunk = _KERNEL_CHUNK if progress is None else _PROGRESS_CHUNK
         if serves(self.filter_):  # the compiled DEKF, in chunks (an interrupt is seen between them)
             for a in range(0, n, chunk):
@@ -339,7 +524,8 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
                 chunk_ids = [None if s is None else s[a:b] for s in slot_ids]
                 try:
                     done = run_events_compiled(self.filter_, chunk_ids, [v[a:b] for v in values], Yt[a:b],
-                                               None if w is None else w[a:b])
+                                               None if w is None else w[a:b],
+                                               record=None if record is None else record[a:b])
                 except FilterStepError as err:  # the kernel kept the events before the failing one
                     self.n_samples_seen_ += int(getattr(err, "rows_done", 0))
                     raise
@@ -349,6 +535,8 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
             return
         for i in range(n):
             row_ids = [None if s is None else s[i] for s in slot_ids]
+            if record is not None:
+                record.append(self.filter_.linearized([[r] for r in row_ids], [v[i:i + 1] for v in values]))
             backup = self._snapshot_rows()
             try:
                 self.filter_.step(row_ids, [v[i] for v in values], Yt[i], 1.0 if w is None else float(w[i]))
@@ -396,12 +584,250 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
         """
         return self._fit(X, y, sample_weight, reset=True)
 
+    # -- one row per call: the fast path -------------------------------------------------------------
+    def __getstate__(self):
+        state = dict(super().__getstate__())  # (object.__getstate__ gives __dict__ itself)
+        state.pop("_one_row", None)  # the filter's kernel buffers: a copy builds its own
+        return state
+
+    def _remember(self, X):
+        """After ``X`` (one row) passed the full validation of a fitted estimator whose model the
+        compiled DEKF serves: accept rows like it on the fast path from now on."""
+        import pandas as pd
+
+        f = self.__dict__.get("filter_")
+        if f is None or not serves(f):
+            return
+        one = self.__dict__.get("_one_row")
+        if one is None or one.filt is not f or one.plan is not f.__dict__.get("_kernel_plan"):
+            one = self._one_row = _OneRow(self)
+        if type(X) is np.ndarray:
+            if one.names is None and X.ndim == 2 and X.dtype.kind in "biufOU":
+                one.dtypes.add(X.dtype)
+        elif type(X) is pd.DataFrame and one.names is not None:
+            one.remember_frame(X)
+
+    def _fast_row(self, X):
+        """``(plan, keys, values)`` of a one-row ``X`` of a kind that passed the full validation before
+        (:meth:`_remember`), or None: anything else (and every error) takes the full validation."""
+        one = self.__dict__.get("_one_row")
+        if one is None or self.__dict__.get("filter_") is not one.filt or not _kernels_on():
+            return None
+        plan = one.plan
+        if plan is not one.filt.__dict__.get("_kernel_plan") or plan.dtype is not one.filt.dtype:
+            return None
+        try:
+            if type(X) is np.ndarray:
+                if X.dtype not in one.dtypes or X.shape != one.shape:  # dtypes: none with feature names
+                    return None
+                row = X[0].tolist()
+                if X is one.last[0] and row == one.last[1]:  # the row just read (predict, then partial_fit)
+                    return plan, one.keys, one.vals
+            elif type(X) is one.frame and one.col_data is not None:
+                row = one.frame_row(X)
+                if row is None:
+                    return None
+            else:
+                return None
+            one.last = (None, None)  # the buffers are about to change
+            keys = one.keys
+            b = 0
+            for j in one.ent:
+                v = row[j]
+                if type(v) is not int and type(v) is not str:
+                    if isinstance(v, np.generic):
+                        v = v.item()
+                    if v is None or (isinstance(v, float) and v != v):
+                        return None
+                    hash(v)
+                keys[b] = v
+                b += 1
+            if one.ctx:
+                vals = one.vals
+                k = len(one.ent)
+                for j, off, scale in one.ctx_cols:
+                    v = row[j]
+                    if type(v) is not float:
+                        if isinstance(v, np.generic):
+                            v = v.item()
+                        if not isinstance(v, (int, float)):
+                            return None
+                        v = float(v)
+                    if not math.isfinite(v):
+                        return None
+                    z = (v - off) / scale
+                    vals[0, k] = float(np.float32(z)) if one.f32 else z
+                    k += 1
+        except Exception:  # anything unusual: the full validation says what is wrong
+            return None
+        one.last = (X, row) if type(X) is np.ndarray else (None, None)
+        return plan, keys, one.vals
+
+    def _fast_learn(self, X, y, sample_weight, classes):
+        """``partial_fit`` of one row on the fast path; False when it does not apply. (``classes``
+        only counts on the first call: the full path ignores it on a fitted estimator, as here.)"""
+        if sample_weight is not None:
+            return False
+        one = self.__dict__.get("_one_row")
+        if one is None or one.params is None:
+            return False
+        if type(y) is one.series:  # a Series slice: its values, as np.asarray(y) reads them
+            y = y._values
+        if type(y) is not np.ndarray or y.shape != (1,):
+            return False
+        try:
+            if one.params[0](self.__dict__) != one.params[1]:  # set_params since the last validation
+                return False
+            target = self._fast_target(y, one)
+        except Exception:  # the full validation says what is wrong
+            return False
+        if target is None:
+            return False
+        if one.f32:  # the target as the full path passes it: a float32 tensor
+            target = float(np.float32(target))
+        with one.plan.lock:  # the row's buffers are the plan's
+            parsed = self._fast_row(X)
+            if parsed is None:
+                return False
+            plan, keys, vals = parsed
+            plan.learn_one(keys, target, vals)
+        self.n_samples_seen_ += 1
+        self.n_iter_ += 1
+        return True
+
+    def _fast_predict(self, X):
+        """The kernel's record ``[λ, Var λ, r, a, b]`` of a one-row ``X`` on the fast path, or None."""
+        one = self.__dict__.get("_one_row")
+        if one is None:
+            return None
+        with one.plan.lock:  # the row's buffers are the plan's: concurrent predictions wait
+            parsed = self._fast_row(X)
+            if parsed is None:
+                return None
+            return parsed[0].predict_one(parsed[1], parsed[2]).copy()
+
+    def _note_params(self):
+        """After the parameters passed the validation of a ``partial_fit`` on this filter."""
+        one = self.__dict__.get("_one_row")
+        if one is not None and one.filt is self.__dict__.get("filter_"):
+            names = tuple(self.get_params(deep=False))
+            try:
+                getter = itemgetter(*names)
+                one.params = None if self.verbose else (getter, getter(self.__dict__))
+            except KeyError:
+                one.params = None
+
     # -- predictions --------------------------------------------------------------------------------
-    def _linearized(self, X):
+    # -- predictions --------------------------------------------------------------------------------
+    def _predict_rows(self, X):
+        """``(rec, None)`` with ``rec (n, 5)`` the compiled DEKF's predictions
+        (:func:`~skfilter.kernels.factorization.predict_events_compiled`), or ``(None, (λ, Cov λ))``
+        from the torch engine where the kernel does not serve the model; one plain row of a kind
+        seen before takes the fast path (:meth:`_fast_row`)."""
+        rec = self._fast_predict(X)
+        if rec is not None:
+            return rec[None, :], None
         check_is_fitted(self, "filter_")
         ids, context = self._validate(X, None, first=False)
-        f, quad = self.filter_.linearized(self._slot_ids(ids), self._slot_values(ids, context))
-        return f, quad
+        slot_ids, values = self._slot_ids(ids), self._slot_values(ids, context)
+        if serves(self.filter_):
+            return predict_events_compiled(self.filter_, slot_ids, values), None
+        return None, self.filter_.linearized(slot_ids, values)
+
+    def _np_dtype(self):
+        return np.float32 if self.filter_.dtype == torch.float32 else np.float64
+
+    # -- prequential evaluation -------------------------------------------------------------------
+    def partial_fit_predict(self, X, y, *, return_std=False, method="predict", sample_weight=None, classes=None):
+        """Predict each row of ``(X, y)`` one step ahead, then learn it, continuing the stream: the
+        predictions a loop of ``predict`` (or ``predict_proba``) and ``partial_fit`` of one row
+        would make, in one pass (the compiled DEKF records them inside its loop where it serves the
+        model; the torch engine row by row otherwise).
+
+        Row ``t``'s prediction uses the rows before it only. On an unfitted estimator the first row
+        has no prediction (regressors: ``nan``; classifiers: uniform probabilities, the first class)
+        since the ``'auto'`` priors adopt the scale of the first call's targets; the model is built
+        from it, as a first ``partial_fit`` of that row would, and the other rows continue it. Bad
+        input raises before anything is learned. Arguments and returns as
+        :meth:`prequential_fit_predict`."""
+        self._check_prequential(return_std, method)
+        n = _n_rows(X)
+        if hasattr(self, "filter_"):
+            rec = self._fit(X, y, sample_weight, reset=False, classes=classes, passes=1, record=True)
+            return self._format(0, self._record_body(rec), return_std, method)
+        if self._is_classifier and classes is None and y is not None:
+            classes = np.unique(np.asarray(y))
+        previous = dict(vars(self))
+        try:
+            self._fit(_take(X, 0, 1), _take(y, 0, 1), _take(sample_weight, 0, 1), reset=False, classes=classes,
+                      passes=1)
+            if n == 1:
+                return self._format(1, None, return_std, method)
+            rec = self._fit(_take(X, 1, n), _take(y, 1, n), _take(sample_weight, 1, n), reset=False, passes=1,
+                            record=True)
+        except FilterStepError:
+            raise
+        except BaseException:  # bad input: nothing learned
+            vars(self).clear()
+            vars(self).update(previous)
+            raise
+        return self._format(1, self._record_body(rec), return_std, method)
+
+    @staticmethod
+    def _record_body(rec):
+        if isinstance(rec, np.ndarray):
+            return rec, None
+        return None, (torch.cat([r[0] for r in rec]), torch.cat([r[1] for r in rec]))
+
+    def prequential_fit_predict(self, X, y, *, return_std=False, method="predict", sample_weight=None,
+                                classes=None):
+        """Fit from the prior on the stream ``(X, y)`` (one pass, in row order) and return the
+        one-step-ahead prediction of every row, made before the row is learned.
+
+        The prediction of row ``t`` uses the belief after rows ``0..t−1`` at step ``t`` (the lazily
+        predicted blocks; an id not seen yet at its prior): what ``predict`` then ``partial_fit`` of
+        one row at a time would give, recorded inside the compiled DEKF's loop where it serves the
+        model (the torch engine row by row otherwise). Row 0 has no earlier rows: regressors give
+        ``nan`` (and ``nan`` std), classifiers uniform probabilities (the first class), and the
+        model is built from row 0, as a first ``partial_fit`` of it would (the ``'auto'`` priors
+        adopt its scale; :meth:`partial_fit_predict` continues a fitted stream). The estimator is
+        left fitted on the whole stream. This is the interface
+        :func:`skfilter.model_selection.prequential_predict` calls.
+
+        Parameters
+        ----------
+        X : array-like or DataFrame of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,) (or (n_samples, n_outputs) for regressors)
+        return_std : bool, default=False
+            Regressors: also return the predictive standard deviation (observation noise included).
+        method : {'predict', 'predict_proba', 'predict_log_proba'}, default='predict'
+            Classifiers: labels, class probabilities or their logarithms.
+        sample_weight : array-like of shape (n_samples,), default=None
+            As in :meth:`fit`.
+        classes : array-like, default=None
+            Classifiers: all the classes of the stream (default: those in ``y``).
+
+        Returns
+        -------
+        pred : ndarray
+            Means (regressors), labels or probabilities (classifiers), one row per input row.
+        std : ndarray
+            Only with ``return_std=True``.
+        """
+        self._check_prequential(return_std, method)
+        previous = dict(vars(self))
+        self._forget()
+        try:
+            out = self.partial_fit_predict(X, y, return_std=return_std, method=method, sample_weight=sample_weight,
+                                           classes=classes)
+            self.n_iter_ = 1  # one pass (row 0 and the rest)
+            return out
+        except FilterStepError:
+            raise
+        except BaseException:  # bad input: the estimator as it was
+            vars(self).clear()
+            vars(self).update(previous)
+            raise
 
     def n_entities(self):
         """``{entity column: number of entities seen}``."""
@@ -581,7 +1007,17 @@ class FactorizationRegressor(RegressorMixin, _FactorizationBase):
 
     def partial_fit(self, X, y, sample_weight=None):
         """Learn from the events ``(X, y)`` (one pass, in row order), continuing the stream."""
+        if self._fast_learn(X, y, sample_weight, None):
+            return self
         return self._fit(X, y, sample_weight, reset=False)
+
+    def _fast_target(self, y, one):
+        if self._y_ndim != 1 or y.dtype.kind not in "biuf":
+            return None
+        v = float(y[0])
+        if not math.isfinite(v) or (v < 0 and self.likelihood == "poisson"):
+            return None
+        return v
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -597,9 +1033,18 @@ class FactorizationRegressor(RegressorMixin, _FactorizationBase):
     def _shape(self, a):
         return a[:, 0] if self._y_ndim == 1 else a
 
-    def predict(self, X, return_std=False):
-        """Predictive mean of ``y`` (and standard deviation) for the events ``X`` (linearised)."""
-        f, quad = self._linearized(X)
+    _is_classifier = False
+
+    def _check_prequential(self, return_std, method):
+        if method != "predict":
+            raise ValueError(f"method must be 'predict' for a regressor, got {method!r}.")
+
+    def _moments(self, rec, lin):
+        """``(mean, std)`` arrays ``(n, d)`` from the kernel's records or the torch ``(λ, Cov λ)``."""
+        if rec is not None:
+            dt = self._np_dtype()
+            return rec[:, 3:4].astype(dt), rec[:, 4:5].astype(dt)
+        f, quad = lin
         var = quad.diagonal(dim1=-2, dim2=-1)
         if self.likelihood == "poisson":
             v = var.clamp(max=60.0)
@@ -608,10 +1053,31 @@ class FactorizationRegressor(RegressorMixin, _FactorizationBase):
         else:
             mean = f
             total = var + self.filter_.likelihood.aleatoric_variance(f, self.filter_.noise)
-        mean_np = self._shape(mean.detach().cpu().numpy())
+        return mean.detach().cpu().numpy(), torch.sqrt(total).detach().cpu().numpy()
+
+    def _format(self, n_head, body, return_std, method):
+        mean, std = self._moments(*body) if body is not None else (None, None)
+        if n_head:
+            d = self.n_outputs_
+            dt = self._np_dtype()
+            nan = np.full((n_head, d), np.nan, dtype=dt)
+            mean = nan if mean is None else np.concatenate([nan, mean])
+            std = nan.copy() if std is None else np.concatenate([nan, std])
         if not return_std:
-            return mean_np
-        return mean_np, self._shape(torch.sqrt(total).detach().cpu().numpy())
+            return self._shape(mean)
+        return self._shape(mean), self._shape(std)
+
+    def predict(self, X, return_std=False):
+        """Predictive mean of ``y`` (and standard deviation) for the events ``X`` (linearised; the
+        compiled DEKF computes it where it serves the model)."""
+        rec, lin = self._predict_rows(X)
+        if rec is not None and not return_std:
+            mean = rec[:, 3].astype(self._np_dtype())
+            return mean if self._y_ndim == 1 else mean[:, None]
+        mean, std = self._moments(rec, lin)
+        if not return_std:
+            return self._shape(mean)
+        return self._shape(mean), self._shape(std)
 
     def sample_y(self, X, n_samples=1, random_state=None, include_noise=True):
         """Thompson draws of ``y`` for the events ``X``, shape ``(n, n_samples)`` (``(n, n_outputs,
@@ -728,13 +1194,48 @@ class FactorizationClassifier(ClassifierMixin, _FactorizationBase):
     def partial_fit(self, X, y, sample_weight=None, classes=None):
         """Learn from the events ``(X, y)`` (one pass, in row order); ``classes`` on the first call
         names every label the stream will hold."""
+        if self._fast_learn(X, y, sample_weight, classes):
+            return self
         return self._fit(X, y, sample_weight, reset=False, classes=classes)
 
-    def predict_proba(self, X):
-        """Class probabilities ``(n, n_classes)`` under the linearised logits (probit approximation)."""
-        f, quad = self._linearized(X)
+    def _fast_target(self, y, one):
+        if one.classes is None or len(one.classes) != 2:
+            return None
+        index = one.classes.get(y[0])
+        return None if index is None else float(index)
+
+    _is_classifier = True
+
+    def _check_prequential(self, return_std, method):
+        if return_std:
+            raise ValueError("return_std is only available for regressors.")
+        if method not in ("predict", "predict_proba", "predict_log_proba"):
+            raise ValueError(f"method must be 'predict', 'predict_proba' or 'predict_log_proba', got {method!r}.")
+
+    def _proba(self, rec, lin):
+        if rec is not None:
+            return rec[:, 3:5].astype(self._np_dtype())
+        f, quad = lin
         p = probit_probabilities(f, quad.diagonal(dim1=-2, dim2=-1), binary=f.shape[-1] == 1)
         return p.detach().cpu().numpy()
+
+    def _format(self, n_head, body, return_std, method):
+        proba = self._proba(*body) if body is not None else None
+        if n_head:
+            K = len(self.classes_)
+            uniform = np.full((n_head, K), 1.0 / K, dtype=self._np_dtype())
+            proba = uniform if proba is None else np.concatenate([uniform, proba])
+        if method == "predict_proba":
+            return proba
+        if method == "predict_log_proba":
+            with np.errstate(divide="ignore"):
+                return np.log(proba)
+        return self.classes_[np.argmax(proba, axis=1)]
+
+    def predict_proba(self, X):
+        """Class probabilities ``(n, n_classes)`` under the linearised logits (probit approximation;
+        the compiled DEKF computes them where it serves the model)."""
+        return self._proba(*self._predict_rows(X))
 
     def predict(self, X):
         """The most probable class of each event."""

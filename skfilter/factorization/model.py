@@ -91,6 +91,12 @@ class FactorizationFilter:
         self.time = 0
         self.noise = likelihood.initial_state(self.d, self.device, dtype)
 
+    def __getstate__(self):
+        # the compiled kernel's plan views this object's tensors: a copy builds its own
+        state = dict(self.__dict__)
+        state.pop("_kernel_plan", None)
+        return state
+
     # -- blocks ------------------------------------------------------------------------------------
     def _predicted(self, name, rows, time, write):
         """The blocks ``rows`` of table ``name`` brought forward to ``time`` (written back if ``write``)."""

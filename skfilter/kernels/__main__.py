@@ -36,7 +36,7 @@ def warm_up(verbose=True) -> float:
 
 
 def _warm_up_factorization():
-    """The factorization DEKF kernel (:mod:`skfilter.kernels.factorization`, up to 8 blocks) in both
+    """The factorization DEKF kernel (:mod:`skfilter.kernels.factorization`, one variant per dtype) in both
     dtypes: a FactorizationRegressor fit, then a chunk through
     :func:`~skfilter.kernels.factorization.run_events_compiled` directly."""
     import numpy as np
