@@ -553,7 +553,7 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
         pass's mean prequential loss (rows predicted from data) in ``loss_curve_``."""
         rec = prequential_fit_record(self, X, y, sample_weight, classes)
         if self._start_rows() is not None:
-            self.n_iter_, self.loss_curve_ = 1, [self._record_loss(rec[1:], y)]
+            self.n_iter_, self.loss_curve_ = 1, [self._record_loss(rec, y)]
         return rec
 
     # the interface of skfilter.stream_start.prequential_fit_record (wrappers have it too)
@@ -571,16 +571,17 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
         return self._predictive_summary(self._tensor(self._validate_X(X, reset=False)))
 
     def _record_loss(self, summaries, y) -> float:
-        """The mean prequential loss of ``summaries`` against the targets ``y`` of the rows after the
-        first (``loss_curve_`` of :meth:`_prequential_fit_record`); NaN where they cannot be read."""
+        """The mean prequential loss of the one-step-ahead ``summaries`` of a pass against its targets
+        ``y``, over the rows that have a prediction (a regressor's row 0 of a data-scaled prior has
+        none: NaN); NaN where the targets cannot be read."""
         try:
-            y = np.asarray(y)[1:]
-            if y.shape[0] == 0:
-                return float("nan")
-            Y = self._tensor(self._target_matrix(self._encode_targets(y, first=False)))
+            Y = self._tensor(self._target_matrix(self._encode_targets(np.asarray(y), first=False)))
         except (TypeError, ValueError, IndexError):
             return float("nan")
-        return self._prequential_loss(summaries, Y)
+        rows = torch.isfinite(summaries).all(-1)
+        if not bool(rows.any()):
+            return float("nan")
+        return self._prequential_loss(summaries[rows], Y[rows])
 
     def _stream_classes(self, y, classes):
         """The classes a prequential pass starts with (classifiers: ``classes`` or those in ``y``)."""

@@ -210,7 +210,8 @@ class _BOCDMeta(ValidatedParamsMixin, FilterMetaEstimator):
         state, out = run_runlength(parts, state, FilterState(self._prior_belief(parts), prior_noise, 0), Xt, Yt,
                                    wt, cfg["batch_size"], record, None, **options)
         self._install(base, inner, state, prior_noise)
-        self.n_iter_, self.loss_curve_ = 1, [float("nan")]
+        self.n_iter_ = self.__dict__.get("n_iter_", 0) + 1  # one more pass (this call's rows)
+        self.loss_curve_ = [*self.__dict__.get("loss_curve_", []), float("nan")]
         return None if out is None else out[-n_new:]
 
     def _prior_belief(self, parts):
@@ -237,7 +238,7 @@ class _BOCDMeta(ValidatedParamsMixin, FilterMetaEstimator):
 
     def _after_prequential(self, rec, y):
         if self._start_rows() is not None:
-            self.n_iter_, self.loss_curve_ = 1, [self._inner._record_loss(rec[1:], y)]
+            self.n_iter_, self.loss_curve_ = 1, [self._inner._record_loss(rec, y)]
 
     # -- fitted attributes --------------------------------------------------------------------
     @property

@@ -122,18 +122,19 @@ class _WoLFMeta(ValidatedParamsMixin, FilterMetaEstimator):
         limit = base._start_rows() if self._kind == "regressor" else None
         if limit is None:
             return y, sample_weight
-        if not first:
-            try:
-                new = np.asarray(y, dtype=np.float64)
+        try:
+            Y = np.asarray(y, dtype=np.float64)
+            Y = Y.reshape(Y.shape[0], -1)
+            w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64).reshape(-1)
+            if not first:
                 kept = base._stream_start.rows()
-                y = np.concatenate([kept[1], new.reshape(new.shape[0], -1)])
-                if sample_weight is not None or kept[2] is not None:
-                    w_new = np.ones(new.shape[0]) if sample_weight is None else np.asarray(sample_weight, float)
-                    w_kept = np.ones(kept[1].shape[0]) if kept[2] is None else kept[2]
-                    sample_weight = np.concatenate([w_kept, w_new])
-            except (TypeError, ValueError, IndexError):  # the base's validation says what is wrong
-                return y, sample_weight
-        return y[:limit], None if sample_weight is None else sample_weight[:limit]
+                Y = np.concatenate([kept[1], Y])
+                if w is not None or kept[2] is not None:
+                    w_new = np.ones(Y.shape[0] - kept[1].shape[0]) if w is None else w
+                    w = np.concatenate([np.ones(kept[1].shape[0]) if kept[2] is None else kept[2], w_new])
+        except (TypeError, ValueError, IndexError):  # the base's validation says what is wrong
+            return y, sample_weight
+        return Y[:limit], None if w is None else w[:limit]
 
     def _weighting_function(self, target_scale):
         """The weighting function of the current parameters: a callable or
@@ -217,7 +218,7 @@ class _WoLFMeta(ValidatedParamsMixin, FilterMetaEstimator):
     def _after_prequential(self, rec, y):
         if self._start_rows() is not None:
             inner = self._inner
-            inner.n_iter_, inner.loss_curve_ = 1, [inner._record_loss(rec[1:], y)]
+            inner.n_iter_, inner.loss_curve_ = 1, [inner._record_loss(rec, y)]
 
     def _install(self, base, scale, weighting):
         self.estimator_ = base

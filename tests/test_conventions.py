@@ -53,9 +53,16 @@ def test_n_iter_counts_passes_of_fit_and_partial_fit(est, target):
 
 
 @pytest.mark.parametrize("est, target", ALL, ids=IDS)
-def test_loss_curve_is_the_prequential_loss_of_each_pass(est, target):
-    """The first pass's entry is the loss of the one-step-ahead predictions of
-    ``prequential_fit_predict`` (the same predictions, made inside the same filter loop)."""
+@pytest.mark.parametrize("data_free", [False, True])
+def test_loss_curve_is_the_prequential_loss_of_each_pass(est, target, data_free):
+    """``prequential_fit_predict`` scores its pass by the loss of the predictions it returns (a
+    regressor's row 0 before any data has none and is left out). With a prior that uses no data its
+    predictions are those a multi-pass ``fit`` scores in its first pass (the same filter loop); a
+    data-scaled prior fixed by the first rows differs there by construction (the prequential pass
+    predicts those rows from the rows before them only)."""
+    if data_free:
+        est = clone(est).set_params(prior_variance=0.5, **({} if hasattr(est, "predict_proba")
+                                                         else {"obs_variance": 0.05}))
     multi = clone(est).set_params(n_epochs=2).fit(X, target)
     assert all(np.isfinite(multi.loss_curve_))
     single = clone(est)
@@ -64,14 +71,16 @@ def test_loss_curve_is_the_prequential_loss_of_each_pass(est, target):
         expected = log_loss(target, proba, labels=single.classes_)
     else:
         mean, std = single.prequential_fit_predict(X, target, return_std=True)
-        expected = np.mean(0.5 * np.log(2 * np.pi * std ** 2) + (target - mean) ** 2 / (2 * std ** 2))
-    np.testing.assert_allclose(multi.loss_curve_[0], expected, rtol=1e-9)
+        expected = np.nanmean(0.5 * np.log(2 * np.pi * std ** 2) + (target - mean) ** 2 / (2 * std ** 2))
+        assert np.isnan(mean[0]) != data_free
+    if data_free:
+        np.testing.assert_allclose(multi.loss_curve_[0], expected, rtol=1e-9)
     np.testing.assert_allclose(single.loss_curve_, [expected], rtol=1e-9)
     assert single.n_iter_ == 1
 
 
 def test_loss_curve_of_a_binary_classifier_and_a_single_pass_fit():
-    clf = EKFClassifier(hidden_layer_sizes=(6,), random_state=0, n_epochs=2).fit(X, y_binary)
+    clf = EKFClassifier(hidden_layer_sizes=(6,), prior_variance=0.5, random_state=0, n_epochs=2).fit(X, y_binary)
     proba = clone(clf).set_params(n_epochs=1).prequential_fit_predict(X, y_binary, method="predict_proba")
     np.testing.assert_allclose(clf.loss_curve_[0], log_loss(y_binary, proba), rtol=1e-9)
     one = clone(clf).set_params(n_epochs=1).fit(X, y_binary)  # a plain fit does not pay for scoring
@@ -87,7 +96,8 @@ def test_loss_curve_with_mc_predictive_scores_the_linearized_predictive():
 
 def test_multi_output_loss_sums_over_outputs():
     Y = np.column_stack([y, -y])
-    reg = EKFRegressor(hidden_layer_sizes=(6,), random_state=0, n_epochs=2).fit(X, Y)
+    reg = EKFRegressor(hidden_layer_sizes=(6,), prior_variance=0.5, obs_variance=0.05, random_state=0,
+                       n_epochs=2).fit(X, Y)
     mean, std = clone(reg).set_params(n_epochs=1).prequential_fit_predict(X, Y, return_std=True)
     nlpd = 0.5 * np.log(2 * np.pi * std ** 2) + (Y - mean) ** 2 / (2 * std ** 2)
     np.testing.assert_allclose(reg.loss_curve_[0], nlpd.sum(1).mean(), rtol=1e-9)
