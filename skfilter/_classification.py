@@ -93,6 +93,15 @@ class FilterClassifierMixin(PredictiveSamplingMixin, ProbabilisticClassifierMixi
                                          self.classes_)
         return out
 
+    def _lean_targets(self, y, classes, bound):
+        """One row's label for the lean path (:meth:`~skfilter._estimator.BaseFilter._lean_fit`):
+        the target matrix of :meth:`_fast_label_index`'s class index (a known label; ``classes``
+        None or those of an earlier call), else None (the full path, its errors)."""
+        if type(y) is not np.ndarray or y.shape != (1,) or (classes is not None and not self._known_classes(classes)):
+            return None
+        index = self._fast_label_index(y)
+        return None if index is None else self._target_matrix(index)
+
     def _known_classes(self, classes) -> bool:
         """Whether ``classes`` is the list, tuple or array a previous call passed (the same object,
         with the same items), which :func:`~skfilter._validation.encode_class_labels` found equal to

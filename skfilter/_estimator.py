@@ -457,6 +457,9 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
         ``loss_curve_`` (default: only when ``record`` — the predictions are then computed anyway;
         ``fit`` scores multi-pass fits only, ``partial_fit`` never; an unscored pass gets NaN).
         Returns the one-step-ahead record of the last pass with ``record``."""
+        if not reset and n_epochs == 1 and sample_weight is None and not record and loss is False \
+                and self._lean_fit(X, y, classes):
+            return None
         new_stream = reset or not hasattr(self, "filter_state_")
         # the stream's first rows are still arriving: this call learns them all again, from a prior
         # set on all rows so far (skfilter.stream_start); if it fails the estimator is as it was
@@ -470,7 +473,9 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
         if restart is None:
             if new_stream or "n_iter_" not in self.__dict__:
                 self.n_iter_, self.loss_curve_ = 0, []
-            return self._stream(X, Y, w, cfg, passes, record, loss)
+            out = self._stream(X, Y, w, cfg, passes, record, loss)
+            self._keep_lean(cfg)
+            return out
         try:
             self.n_iter_, self.loss_curve_ = 0, []
             for call in restart.replayed():  # every earlier call again (a multi-pass fit scored, as fit does)
@@ -533,6 +538,102 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
             self._dynamics = self._make_dynamics(cfg)
             memo["dynamics"] = (cfg, self._reference, self._dynamics)
         return X, Y, w, cfg
+
+    # -- the lean one-row path ---------------------------------------------------------------------
+    def _keep_lean(self, cfg):
+        """Remember, after a call of the full path, what :meth:`_lean_fit` needs and what stays
+        constant between one-row calls (the kernel plan, the engine parts, the dtype, the bounds),
+        keyed on the objects it was derived from; forget it when this estimator does not qualify
+        (a stream whose first rows are pending, a progress bar, ``batch_size > 1``, another device,
+        no compiled kernel for its filter)."""
+        memo = memo_for(self)
+        memo.pop("lean", None)
+        d = self.__dict__
+        structural = memo.get("structural")
+        dynamics = memo.get("dynamics")
+        progress = d.get("_progress")
+        if self._prior_pending or "_restart" in d or structural is None or structural[0] is not cfg \
+                or structural[1] is not d.get("_structural_values") or dynamics is None or dynamics[0] is not cfg \
+                or dynamics[2] is not d.get("_dynamics") or cfg["batch_size"] != 1 or self.verbose \
+                or (progress is not None and progress[0]) or cfg["device"] != self._device \
+                or cfg["dtype"] != self._dtype or self._device.type != "cpu" or "feature_names_in_" in d \
+                or "n_iter_" not in d or "loss_curve_" not in d or not kernels.enabled():
+            return
+        state = self.filter_state_
+        if state.log_weights is not None or state.belief.mean.dim() != 1:
+            return
+        from .kernels._dispatch import plan_for
+
+        parts = self._engine_parts()
+        plan = plan_for(parts, state, None)
+        if plan is None:
+            return
+        bound = magnitude_bound(self._dtype)
+        memo["lean"] = (cfg, d["_structural_values"], parts, progress, plan, _NUMPY_DTYPES[self._dtype],
+                        (1, self.n_features_in_), bound, bound * bound)
+
+    def _lean_fit(self, X, y, classes) -> bool:
+        """``partial_fit`` of one plain row on the compiled kernel with minimal Python, when nothing
+        the full path checks or builds has changed since a call of the full path (:meth:`_keep_lean`):
+        the same parameter objects (the memo of :meth:`_check_params`), the same engine parts, a
+        stream whose first rows are complete, the kernels on, and a row the full path's fast checks
+        would pass as is (a C-contiguous float64/float32 ndarray, or a list, of the fitted width,
+        finite and within the magnitude bound; targets the mixin's :meth:`_lean_targets` reads).
+        Returns False — nothing done — for anything else, which then takes the full path (its
+        conversions and its errors). Same state as the full path, bit for bit; a failed step keeps
+        the last good belief; bad outputs raise the full path's error with nothing learned."""
+        lean = memo_for(self).get("lean")
+        if lean is None:
+            return False
+        cfg, structural, parts, progress, plan, np_dtype, shape, bound, bound2 = lean
+        d = self.__dict__
+        if d.get("_stream_start") is not None or "_restart" in d or self._check_params() is not cfg \
+                or d.get("_structural_values") is not structural or d.get("_progress") is not progress \
+                or d.get("_adapter") is not parts.adapter or d.get("_likelihood") is not parts.likelihood \
+                or d.get("_structure") is not parts.structure or d.get("_dynamics") is not parts.dynamics \
+                or d.get("_reference") is not parts.reference or d.get("_weighting") is not parts.weighting \
+                or not kernels.enabled():
+            return False
+        state = d.get("filter_state_")
+        if state is None or state.log_weights is not None:
+            return False
+        if type(X) is np.ndarray:
+            if X.shape != shape or (X.dtype != np.float64 and X.dtype != np.float32):
+                return False
+            row = X[0]
+            # ‖x‖² within bound²: every |x_j| within the bound and finite (a NaN fails the test); a
+            # larger or overflowing sum takes the full path, which accepts or raises as it does
+            if not float(row.dot(row)) <= bound2:
+                return False
+        else:
+            X = self._fast_rows(X, self._dtype) if type(X) in (list, tuple) else None
+            if X is None or X.shape != shape:
+                return False
+        Y = self._lean_targets(y, classes, bound)
+        if Y is None:
+            return False
+        self._check_model_outputs(X)  # the full path's check and error (nothing changed yet)
+        flags = X.flags  # the kernel gets a writeable C-contiguous array of its dtype (a user's row as is)
+        Xn = X if X.dtype is np_dtype and flags.c_contiguous and flags.writeable and flags.aligned \
+            else np.array(X, dtype=np_dtype, order="C")
+        Yn = np.array(Y, dtype=np_dtype, order="C")
+        try:
+            new = plan.run_row(parts, state, Xn, Yn)
+        except BaseException as exc:  # a failed step or an interrupt: the last good state (no row learned)
+            if hasattr(exc, "last_good_state"):
+                self.filter_state_ = exc.last_good_state
+            raise
+        if new is None:  # handed back by the kernel: the full path does the step (torch engine)
+            return False
+        self.filter_state_ = new
+        self.n_iter_ = d["n_iter_"] + 1
+        d["loss_curve_"].append(float("nan"))
+        return True
+
+    def _lean_targets(self, y, classes, bound):
+        """The ``(1, C)`` float64 target matrix of one row's ``y`` as the full path makes it, when
+        it needs none of the full path's conversions and passes its checks; None otherwise (mixins)."""
+        return None
 
     def _start_stream(self, X, Y, w, cfg):
         """Build the filter for a new stream from its first rows and keep them while they are fewer

@@ -130,6 +130,20 @@ class FilterRegressorMixin(PredictiveSamplingMixin, RegressorMixin):
     def _fast_targets_ok(self, y) -> bool:
         return y.ndim in (1, 2) and y.dtype.kind in "fiu" and bool(np.isfinite(y).all())
 
+    def _lean_targets(self, y, classes, bound):
+        """One row's targets for the lean path (:meth:`~skfilter._estimator.BaseFilter._lean_fit`):
+        what :func:`~skfilter._validation.regression_target_matrix` returns for a numeric ndarray
+        of shape ``(1,)`` (one output) or ``(1, n_outputs_)``, finite and within ``bound``."""
+        if type(y) is not np.ndarray or y.dtype.kind not in "fiu":
+            return None
+        C = self.n_outputs_
+        if y.shape != (1, C) and (C != 1 or y.shape != (1,)):
+            return None
+        Y = y.astype(np.float64).reshape(1, C)
+        if not float(np.abs(Y).max()) <= bound:  # NaN and infinity too
+            return None
+        return Y
+
     def _encode_targets(self, y, first, classes=None):
         # numbers only: None / non-numeric objects / NaN are a ValueError before anything is learned
         Y = regression_target_matrix(self, y, first)

@@ -45,11 +45,40 @@ except ImportError:  # pragma: no cover - exercised only without numba
 _state = threading.local()
 
 
+#: ``os.environ``'s own mapping and its key for ``SKFILTER_COMPILED`` (POSIX: bytes), read directly by
+#: :func:`_environment_flag`: ``os.environ.get`` encodes the key and decodes the value (~1–3 µs), paid
+#: by every one-row call
+_ENV_DATA = getattr(os.environ, "_data", None)
+try:
+    _ENV_KEY = os.environ.encodekey("SKFILTER_COMPILED")
+except (AttributeError, TypeError):  # pragma: no cover - an unusual os.environ
+    _ENV_DATA = _ENV_KEY = None
+#: ``[raw value, flag]``: the last raw value of the variable read and the flag it gives
+_ENV_SEEN = [object(), True]
+
+
+def _environment_flag() -> bool:
+    """Whether ``SKFILTER_COMPILED`` leaves the kernels on; parsed again only when the variable's
+    raw value in ``os.environ`` is another object than last time (it is set or unset through
+    ``os.environ``, which replaces that object)."""
+    if _ENV_DATA is not None:
+        raw = _ENV_DATA.get(_ENV_KEY)
+        seen = _ENV_SEEN
+        if raw is seen[0]:
+            return seen[1]
+    else:  # pragma: no cover - an unusual os.environ
+        raw = None
+    flag = os.environ.get("SKFILTER_COMPILED", "1").strip().lower() not in ("0", "false", "no", "off")
+    if _ENV_DATA is not None:
+        _ENV_SEEN[:] = [raw, flag]
+    return flag
+
+
 def enabled() -> bool:
     """Whether compiled kernels are used (numba importable, not switched off)."""
     flag = getattr(_state, "enabled", None)
     if flag is None:
-        flag = os.environ.get("SKFILTER_COMPILED", "1").strip().lower() not in ("0", "false", "no", "off")
+        flag = _environment_flag()
     return AVAILABLE and flag
 
 

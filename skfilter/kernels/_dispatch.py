@@ -70,8 +70,9 @@ def _program_of(adapter):
 
 
 def _mapped_rows(X, input_map):
-    """The rows as the default MLP's first layer sees them (standardised for a ``StandardizedMLP``)."""
-    Xn = _numpy(X)
+    """The rows (a tensor, or a NumPy array) as the default MLP's first layer sees them
+    (standardised for a ``StandardizedMLP``)."""
+    Xn = X if type(X) is np.ndarray else _numpy(X)
     if input_map is not None:
         inv, shift = input_map
         Xn = np.multiply(Xn, inv, order="C")  # a new C-contiguous array, then in place (the same roundings)
@@ -441,6 +442,52 @@ class KernelPlan(abc.ABC):
         if not recording:
             return state, None
         return state, (torch.cat(outs) if outs else None)
+
+    def run_row(self, parts, state, X, Y):
+        """:meth:`run` for one row, unweighted, unrecorded, without progress (an estimator's lean
+        one-row ``partial_fit``, :meth:`skfilter._estimator.BaseFilter._lean_fit`): ``X (1, D)`` and
+        ``Y (1, C)`` NumPy arrays of the belief's dtype. The same kernel call and the same new state
+        as :meth:`run` (bit for bit). Returns the new state, or None when the kernel hands the step
+        back (nothing learned, nothing counted: the caller's full path redoes it). Raises as
+        :meth:`run`, with ``last_good_state`` (``state``) and ``rows_done`` (0)."""
+        belief = state.belief
+        np_dtype = _NP_DTYPES[belief.mean.dtype]
+        C = Y.shape[1]
+        Xn = _mapped_rows(X, self.input_map)
+        params, adaptive = self._noise_params(C, np_dtype)
+        scale = np.empty(C, dtype=np_dtype)
+        ones, limit, tiny = _constants(np_dtype)
+        self.n_params = P = belief.mean.shape[-1]
+        last, self._last = self.__dict__.get("_last"), None
+        noise = state.noise
+        if last is not None and last[0] is belief and last[1] is noise and last[2] is np_dtype:
+            self.load_arrays(last[3], np_dtype, resumed=True)
+            noise_vec = last[4].copy()  # the last state's noise views it
+        else:
+            self.load(state, np_dtype)
+            noise_vec = self._noise_vector(noise, C, np_dtype)
+        common = {"params": params, "adaptive": adaptive, "limit": limit, "tiny": tiny, "scale": scale,
+                  "recording": False, "noise": noise_vec, "rec": _unused_records(C, np_dtype)}
+        try:
+            done, status, slot = self.call(Xn, Y, ones, False, 1, common)
+        except BaseException as exc:
+            exc.last_good_state = state
+            exc.rows_done = 0
+            if isinstance(exc, FilterStepError):
+                exc.step = 0
+            raise
+        if status != DONE or not done:
+            return None
+        if adaptive:
+            noise = self._noise_state(noise, noise_vec, scale, C, True)
+        n_steps = getattr(belief, "n_steps", None)
+        new = FilterState(self.belief(slot, belief, None if n_steps is None else n_steps + 1, True), noise,
+                          state.n_seen + 1)
+        if P <= ZERO_COPY_PARAMS:
+            arrays = self.slot_arrays(slot)
+            if arrays is not None:
+                self._last = (new.belief, noise, np_dtype, arrays, noise_vec)
+        return new
 
     def _records(self, record, X, f, quad, r, noise_state):
         """The recorder's output for rows whose predictive the kernel computed: each row is passed as
