@@ -51,6 +51,7 @@ _REMEMBERED_OUTPUT_ENTRIES = 1 << 12
 
 
 _NUMPY_DTYPES = {torch.float64: np.float64, torch.float32: np.float32}
+_F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
 
 
 class _Nothing:
@@ -214,8 +215,12 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
 
     def _set_progress(self, verbose, desc):
         """Show the progress of this estimator's passes as a wrapper's: a bar named ``desc`` when
-        ``verbose > 0`` (or this estimator's own ``verbose``); for wrappers that fit it."""
-        self._progress = (verbose, desc)
+        ``verbose > 0`` (or this estimator's own ``verbose``); for wrappers that fit it. The setting
+        in place is kept while it is the same (a wrapper sets it at every call: a new tuple would
+        defeat the shortcuts keyed on this estimator's attribute objects, the lean path's included)."""
+        current = self.__dict__.get("_progress")
+        if current is None or type(current[0]) is not type(verbose) or current != (verbose, desc):
+            self._progress = (verbose, desc)
 
     # -- the fitted state (one value, swapped whole) -------------------------------------------
     @property
@@ -598,7 +603,7 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
         if state is None or state.log_weights is not None:
             return False
         if type(X) is np.ndarray:
-            if X.shape != shape or (X.dtype != np.float64 and X.dtype != np.float32):
+            if X.shape != shape or (X.dtype is not _F64 and X.dtype is not _F32):
                 return False
             row = X[0]
             # ‖x‖² within bound²: every |x_j| within the bound and finite (a NaN fails the test); a
@@ -783,10 +788,55 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
 
     def _predict_rows(self, X):
         """The validated rows ``X`` (NumPy) and their tensor, for a prediction."""
+        lean = self._lean_rows(X)
+        if lean is not None:
+            return X, torch.from_numpy(lean[1])
         check_fitted(self, "filter_state_")
         X = self._validate_X(X, reset=False)  # includes the magnitude bound of the estimator's dtype
         return X, self._tensor(X)
 
+    def _lean_rows(self, X):
+        """``(lean, rows)`` for a prediction's one plain row (a float64/float32 ndarray of the fitted
+        width, finite, within the magnitude bound) by an estimator on the lean path
+        (:meth:`_keep_lean`; ``lean`` its record): ``rows`` what :meth:`_validate_X` and
+        :meth:`_tensor` make of ``X`` as an array, checked with a few operations — ``X`` itself when
+        it has the estimator's dtype (predictions only read it); None for anything else (the full
+        path's checks and errors)."""
+        if type(X) is not np.ndarray:
+            return None
+        lean = memo_for(self).get("lean")
+        if lean is None:
+            return None
+        parts, np_dtype, shape, bound2 = lean[2], lean[5], lean[6], lean[8]
+        dtype = X.dtype
+        if X.shape != shape or (dtype is not _F64 and dtype is not _F32) \
+                or self.__dict__.get("_adapter") is not parts.adapter:
+            return None
+        row = X[0]
+        if not float(row.dot(row)) <= bound2:  # as in _lean_fit
+            return None
+        flags = X.flags
+        if dtype is np_dtype and flags.c_contiguous and flags.writeable and flags.aligned:
+            return lean, X
+        return lean, np.array(X, dtype=np_dtype, order="C")
+
+    def _lean_outputs(self, X):
+        """``(state, f, biggest)``: the default MLP's outputs ``f (1, C)`` (NumPy) at the current
+        mean for a prediction's one plain row ``X`` on the lean path, computed as the compiled
+        forward pass of the full path computes them (bit for bit), remembered for the next
+        ``partial_fit`` (:meth:`_remember_outputs`; ``biggest`` the largest ``|f|``); None when the
+        lean path does not serve (:meth:`_lean_rows`, the kernels off, a mixture state)."""
+        got = self._lean_rows(X)
+        if got is None or not kernels.enabled():
+            return None
+        lean, rows = got
+        state = self.filter_state_
+        if state.log_weights is not None:
+            return None
+        f = lean[4].forward(state.belief.mean.numpy(), rows)
+        biggest = float(np.abs(f).max())
+        memo_for(self)["outputs"] = (state, X.copy(), biggest)
+        return state, f, biggest
     def _chunks(self, n, n_hypotheses=1):
         per_row = max(1, n_hypotheses * self._adapter.n_outputs * self.n_params_)
         size = max(1, _PREDICT_CHUNK_ENTRIES // per_row)

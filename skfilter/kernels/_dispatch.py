@@ -118,12 +118,19 @@ def forward(adapter, mean, X):
     does not serve this model."""
     if not _serves_adapter(adapter) or mean.dim() != 1 or not mean.is_cpu or mean.dtype not in _DTYPES:
         return None
-    (shapes, offsets, codes), input_map = _program_of(adapter)
-    m = _numpy(mean)
+    program, input_map = _program_of(adapter)
+    return torch.from_numpy(forward_array(program, input_map, _numpy(mean), X))
+
+
+def forward_array(program, input_map, m, X):
+    """:func:`forward`'s outputs as a NumPy array ``(n, C)``, from the adapter's program and input
+    map (:func:`_program_of`, a plan's ``program``/``input_map``), the mean as an array ``m`` and
+    the rows ``X`` (a tensor or an array of ``m``'s dtype)."""
+    shapes, offsets, codes = program
     Xn = _mapped_rows(X, input_map).astype(m.dtype, copy=False)
     f = np.empty((Xn.shape[0], int(shapes[-1, 0])), dtype=m.dtype)
     forward_rows(Xn, shapes, offsets, codes, m, f)
-    return torch.from_numpy(f)
+    return f
 
 
 def _weighting_of(parts):
@@ -442,6 +449,10 @@ class KernelPlan(abc.ABC):
         if not recording:
             return state, None
         return state, (torch.cat(outs) if outs else None)
+
+    def forward(self, m, X):
+        """The model's outputs at the mean ``m`` (an array) for the rows ``X`` (:func:`forward_array`)."""
+        return forward_array(self.program, self.input_map, m, X)
 
     def run_row(self, parts, state, X, Y):
         """:meth:`run` for one row, unweighted, unrecorded, without progress (an estimator's lean
