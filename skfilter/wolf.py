@@ -207,6 +207,9 @@ class _WoLFMeta(ValidatedParamsMixin, FilterMetaEstimator):
             if not first:
                 base._set_weighting(previous)
             raise
+        if not first and self.__dict__.get("estimator_") is base and self.__dict__.get("target_scale_") is scale \
+                and previous is weighting and self.__dict__.get("_fitted_structure") is not None:
+            return out  # installed as it was, its structure checked by _prepare: nothing to record again
         self._install(base, scale, weighting)
         return out
 
