@@ -96,8 +96,17 @@ class FilterClassifierMixin(PredictiveSamplingMixin, ProbabilisticClassifierMixi
     def _lean_targets(self, y, classes, bound):
         """One row's label for the lean path (:meth:`~skfilter._estimator.BaseFilter._lean_fit`):
         the target matrix of :meth:`_fast_label_index`'s class index (a known label; ``classes``
-        None or those of an earlier call), else None (the full path, its errors)."""
-        if type(y) is not np.ndarray or y.shape != (1,) or (classes is not None and not self._known_classes(classes)):
+        None or those of an earlier call), else None (the full path, its errors). A list or tuple
+        as ``numpy.asarray`` makes it one, as the full path's fast check does."""
+        t = type(y)
+        if t is list or t is tuple:
+            try:
+                y = np.asarray(y)
+            except (ValueError, TypeError):
+                return None
+        elif t is not np.ndarray:
+            return None
+        if y.shape != (1,) or (classes is not None and not self._known_classes(classes)):
             return None
         index = self._fast_label_index(y)
         return None if index is None else self._target_matrix(index)

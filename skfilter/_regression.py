@@ -133,8 +133,17 @@ class FilterRegressorMixin(PredictiveSamplingMixin, RegressorMixin):
     def _lean_targets(self, y, classes, bound):
         """One row's targets for the lean path (:meth:`~skfilter._estimator.BaseFilter._lean_fit`):
         what :func:`~skfilter._validation.regression_target_matrix` returns for a numeric ndarray
-        of shape ``(1,)`` (one output) or ``(1, n_outputs_)``, finite and within ``bound``."""
-        if type(y) is not np.ndarray or y.dtype.kind not in "fiu":
+        of shape ``(1,)`` (one output) or ``(1, n_outputs_)``, finite and within ``bound`` (a list or
+        tuple as ``numpy.asarray`` makes it one, as the full path's fast check does)."""
+        t = type(y)
+        if t is list or t is tuple:
+            try:
+                y = np.asarray(y)
+            except (ValueError, TypeError):
+                return None
+        elif t is not np.ndarray:
+            return None
+        if y.dtype.kind not in "fiu":
             return None
         C = self.n_outputs_
         if y.shape != (1, C) and (C != 1 or y.shape != (1,)):
