@@ -148,8 +148,9 @@ class FilterRegressorMixin(PredictiveSamplingMixin, RegressorMixin):
         C = self.n_outputs_
         if y.shape != (1, C) and (C != 1 or y.shape != (1,)):
             return None
-        Y = y.astype(np.float64).reshape(1, C)
-        if not float(np.abs(Y).max()) <= bound:  # NaN and infinity too
+        Y = y.reshape(1, C) if y.dtype == np.float64 else y.astype(np.float64).reshape(1, C)
+        row = Y[0]
+        if not float(row.dot(row)) <= bound * bound:  # every |y_j| within the bound, finite (NaN fails)
             return None
         return Y
 

@@ -465,9 +465,12 @@ class KernelPlan(abc.ABC):
         np_dtype = _NP_DTYPES[belief.mean.dtype]
         C = Y.shape[1]
         Xn = _mapped_rows(X, self.input_map)
-        params, adaptive = self._noise_params(C, np_dtype)
+        consts = self.__dict__.setdefault("_row_constants", {}).get((C, np_dtype))
+        if consts is None:  # what every one-row call of this width and dtype passes unchanged
+            consts = self._row_constants[(C, np_dtype)] = (*self._noise_params(C, np_dtype), *_constants(np_dtype),
+                                                            _unused_records(C, np_dtype))
+        params, adaptive, ones, limit, tiny, unused = consts
         scale = np.empty(C, dtype=np_dtype)
-        ones, limit, tiny = _constants(np_dtype)
         self.n_params = P = belief.mean.shape[-1]
         last, self._last = self.__dict__.get("_last"), None
         noise = state.noise
@@ -478,7 +481,7 @@ class KernelPlan(abc.ABC):
             self.load(state, np_dtype)
             noise_vec = self._noise_vector(noise, C, np_dtype)
         common = {"params": params, "adaptive": adaptive, "limit": limit, "tiny": tiny, "scale": scale,
-                  "recording": False, "noise": noise_vec, "rec": _unused_records(C, np_dtype)}
+                  "recording": False, "noise": noise_vec, "rec": unused}
         try:
             done, status, slot = self.call(Xn, Y, ones, False, 1, common)
         except BaseException as exc:
