@@ -216,11 +216,12 @@ def test_unseen_class_on_the_lean_path_raises_and_changes_nothing():
 
 def test_output_too_large_on_the_lean_path_raises_the_full_paths_error():
     X, y = _regression()
-    est = REGRESSORS["lofi"]().fit(X[:10], y[:10])
-    _loop(est, X, y, range(10, 14))
     Xb = X[14][None] * 1e3
-    # an output limit the row's output exceeds (the real one needs outputs whose square overflows)
-    with mock.patch("skfilter._estimator.output_limit", return_value=1e-3):
+    # an output limit this row's output exceeds and the others' do not (the real one needs outputs
+    # whose square overflows), in place before the lean record is made (it keeps the limit)
+    with mock.patch("skfilter._estimator.output_limit", return_value=50.0):
+        est = REGRESSORS["lofi"]().fit(X[:10], y[:10])
+        _loop(est, X, y, range(10, 14))
         with full_paths():
             want = _error(lambda: copy.deepcopy(est).partial_fit(Xb, [1.0]))
         est.predict(Xb)  # remembered outputs serve the check too
