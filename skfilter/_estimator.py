@@ -798,35 +798,44 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
         """The validated rows ``X`` (NumPy) and their tensor, for a prediction."""
         lean = self._lean_rows(X)
         if lean is not None:
-            return X, torch.from_numpy(lean[1])
+            return lean[1], torch.from_numpy(lean[2])
         check_fitted(self, "filter_state_")
         X = self._validate_X(X, reset=False)  # includes the magnitude bound of the estimator's dtype
         return X, self._tensor(X)
 
     def _lean_rows(self, X):
-        """``(lean, rows)`` for a prediction's one plain row (a float64/float32 ndarray of the fitted
-        width, finite, within the magnitude bound) by an estimator on the lean path
-        (:meth:`_keep_lean`; ``lean`` its record): ``rows`` what :meth:`_validate_X` and
-        :meth:`_tensor` make of ``X`` as an array, checked with a few operations — ``X`` itself when
-        it has the estimator's dtype (predictions only read it); None for anything else (the full
-        path's checks and errors)."""
-        if type(X) is not np.ndarray:
+        """``(lean, X, rows)`` for a prediction's one plain row (a float64/float32 ndarray of the
+        fitted width, finite, within the magnitude bound, or a list or tuple of one row that
+        :meth:`_fast_rows` accepts) by an estimator on the lean path (:meth:`_keep_lean`; ``lean``
+        its record): ``X`` as :meth:`_validate_X` returns it and ``rows`` what :meth:`_tensor` makes
+        of it, as an array, checked with a few operations — ``X`` itself when it has the
+        estimator's dtype (predictions only read it); None for anything else (the full path's
+        checks and errors)."""
+        t = type(X)
+        if t is not np.ndarray and t is not list and t is not tuple:
             return None
         lean = memo_for(self).get("lean")
         if lean is None:
             return None
         parts, np_dtype, shape, bound2 = lean[2], lean[5], lean[6], lean[8]
-        dtype = X.dtype
-        if X.shape != shape or (dtype is not _F64 and dtype is not _F32) \
-                or self.__dict__.get("_adapter") is not parts.adapter:
+        if self.__dict__.get("_adapter") is not parts.adapter:
             return None
-        row = X[0]
-        if not float(row.dot(row)) <= bound2:  # as in _lean_fit
-            return None
+        if t is np.ndarray:
+            dtype = X.dtype
+            if X.shape != shape or (dtype is not _F64 and dtype is not _F32):
+                return None
+            row = X[0]
+            if not float(row.dot(row)) <= bound2:  # as in _lean_fit
+                return None
+        else:  # a list or tuple of rows (river's bridge): the full path's fast check and conversion
+            X = self._fast_rows(X, self._dtype)
+            if X is None or X.shape != shape:
+                return None
+            dtype = X.dtype
         flags = X.flags
         if dtype is np_dtype and flags.c_contiguous and flags.writeable and flags.aligned:
-            return lean, X
-        return lean, np.array(X, dtype=np_dtype, order="C")
+            return lean, X, X
+        return lean, X, np.array(X, dtype=np_dtype, order="C")
 
     def _lean_outputs(self, X):
         """``(state, f, biggest)``: the default MLP's outputs ``f (1, C)`` (NumPy) at the current
@@ -837,7 +846,7 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
         got = self._lean_rows(X)
         if got is None or not kernels.enabled():
             return None
-        lean, rows = got
+        lean, X, rows = got
         state = self.filter_state_
         if state.log_weights is not None:
             return None
