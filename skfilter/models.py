@@ -432,8 +432,8 @@ class MLPAdapter(ModuleAdapter):
     def architecture(self):
         """``(layer_shapes, activations, input_map)``: the ``(out, in)`` of each Linear, the names of
         the hidden activations, and a ``StandardizedMLP``'s input map ``(1/scale, −offset/scale,
-        bound)`` (NumPy arrays and the clip bound or None; None without one, or off the CPU) — what the compiled kernels
-        (:mod:`skfilter.kernels`) need to run this MLP."""
+        bound)`` (NumPy arrays and the clip bound or None; None without one, or off the CPU) — what
+        the compiled kernels (:mod:`skfilter.kernels`) need to run this MLP."""
         numpy_map = None if self._input_map is None else self._input_map.get("numpy")
         return list(self._layer_shapes), list(self._act_names), numpy_map
 
