@@ -201,7 +201,8 @@ def auto_prior(adapter, X: np.ndarray, Y: np.ndarray | None = None, prior_scale:
         if bound is not None:
             X = np.clip(X, -bound, bound)
     m2 = np.average(X ** 2, axis=0, weights=w)
-    m2 = np.where(m2 > 0, m2, 1.0)
+    # a feature constant in these rows has m2 = 0, or ~1e-32 where its mean is rounded: not a scale
+    m2 = np.where(m2 > 1e-12 * max(float(m2.max(initial=0.0)), 1.0), m2, 1.0)
     k = 0
     n_layers = len(layer_shapes)
     for l, (o, i) in enumerate(layer_shapes):
