@@ -80,3 +80,12 @@ def test_clipped_inputs_give_the_same_outputs_and_jacobian_on_both_adapters():
         np.testing.assert_allclose(reg.module_(Xt).numpy().ravel(), reg.predict(Xfar), rtol=1e-10)
     # the first layer sees the clipped row: a farther row predicts the same
     np.testing.assert_allclose(reg.predict(Xfar), reg.predict(Xfar + np.array([1e3, 0.0, 1e5])), rtol=1e-12)
+
+
+def test_prior_rows_benchmark_runs_a_small_stream():
+    from skfilter.benchmarks import prior_rows
+
+    rows = prior_rows.run(ks=(2, "all"), families=("LoFi", "WoLF"), names=["iris"], max_rows=60, progress=None)
+    assert len(rows) == 4 and not any(r["failed"] for r in rows)
+    table = prior_rows.summary(rows)
+    assert {t["k"] for t in table} == {"2", "all"} and all(0 <= t["accuracy"] <= 1 for t in table)
