@@ -200,7 +200,10 @@ def test_partial_fit_from_one_row_standardises_by_that_row():
     X = np.array([[200.0, 0.0, -3.0]])
     reg = LoFiRegressor(hidden_layer_sizes=(3,), rank=2, random_state=0).partial_fit(X, [1.0])
     np.testing.assert_allclose(reg.module_.input_offset.numpy(), X[0])
-    np.testing.assert_allclose(reg.module_.input_scale.numpy(), [200.0, 1.0, 3.0])
+    # issue 29: nothing varies in one row; each feature's scale is max(|x|, the median |x| of the
+    # nonzero features) (was max(|x|, 1) = [200, 1, 3]: the 0 feature's later values in the hundreds
+    # reached the first layer as hundreds)
+    np.testing.assert_allclose(reg.module_.input_scale.numpy(), [200.0, 101.5, 101.5])
     reg.partial_fit(X * 1.01, [1.1])
     assert np.isfinite(reg.predict(X * 0.99)).all()
 

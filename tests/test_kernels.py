@@ -602,3 +602,29 @@ def test_one_row_calls_resume_the_kernel_and_equal_the_torch_engine(kw):
         for k, v in noise.items():
             assert torch.equal(state.noise[k], v)
     _assert_same_state(est, ref, rtol=1e-11)
+
+@pytest.mark.parametrize("make", [lambda: LoFiRegressor(hidden_layer_sizes=(6,), rank=3, random_state=0),
+                                  lambda: EKFClassifier(hidden_layer_sizes=(5,), random_state=0)],
+                         ids=["LoFiRegressor", "EKFClassifier"])
+def test_clipped_standardised_inputs_on_the_kernel_equal_torch_engine(make):
+    """Issue 29: rows far outside what the first call showed (a feature constant in it, another
+    nearly so) reach the first layer clipped to ±INPUT_BOUND, on the kernel as in the torch model."""
+    from skfilter.priors import INPUT_BOUND
+
+    X, y = _classification(60, d=3) if "Classifier" in make().__class__.__name__ else _regression(60)
+    X = X.copy()
+    X[:4, 0] = 0.0
+    X[4:, 0] = 50.0 + 20.0 * np.abs(X[4:, 0])  # 0 in the first call, then far outside
+    X[:4, 1] = 1.0 + 1e-3 * X[:4, 1]  # nearly constant, then of spread 1
+    kw = {"classes": np.unique(y)} if "Classifier" in type(make()).__name__ else {}
+    fitted = []
+    for compiled in (False, True):
+        with compiled_kernels(compiled):
+            est = make().set_params(n_prior_rows=4).partial_fit(X[:4], y[:4], **kw)  # the prior of 4 rows
+            est.partial_fit(X[4:], y[4:])
+        fitted.append(est)
+    ref, est = fitted
+    z = (X[4:] - est.module_.input_offset.numpy()) / est.module_.input_scale.numpy()
+    assert np.abs(z).max() > INPUT_BOUND  # the clip acts
+    _assert_same_state(est, ref)
+    _assert_same_predictions(est, ref, X[-7:])
