@@ -6,7 +6,8 @@ and targets: on raw features of scale 16 (digits) the first layer's pre-activati
 deviation ~16·√(fan-in fraction), logits saturate and the filter diverges; on raw targets of scale
 70 (diabetes) the prior predictive has scale 1 and the reported uncertainty covers nothing.
 
-``'auto'`` has two parts, both fixed by the rows of the first ``fit``/``partial_fit`` call.
+``'auto'`` has two parts, both fixed by the stream's first ``n_prior_rows`` rows, however they
+arrive (:mod:`skfilter.stream_start`: until then each call sets them again from all rows so far).
 
 **Standardised inputs.** The default MLP becomes a :class:`~skfilter.models.StandardizedMLP`: it
 standardises every input by the mean and standard deviation of those rows
@@ -73,7 +74,7 @@ layer by layer, as the initialisation does for standardised data (LeCun: ``Var =
 * regression output ``c`` (targets ``y_c`` of centre ``ȳ_c`` and scale ``s_c``): the output layer's
   row ``c`` is scaled by ``s_c`` (prior mean and standard deviation), its bias has prior mean
   ``ȳ_c`` and variance ``s_c²``. ``ȳ_c`` and ``s_c`` are the median and the MAD-based standard
-  deviation of the first call's targets (:func:`target_scale`: robust to outliers among them).
+  deviation of those rows' targets (:func:`target_scale`: robust to outliers among them).
 
 On standardised data (``m_i = 1``, ``ȳ = 0``, ``s = 1``) this is LeCun's initialisation with prior
 variance ``1/fan_in`` per weight. The ``prior_scale`` factor multiplies every variance. For a user
