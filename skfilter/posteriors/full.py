@@ -307,9 +307,12 @@ class FullCovariance(Structure):
     def sample(self, belief, n_samples, generator):
         L, info = torch.linalg.cholesky_ex(belief.cov)
         if int(info):
-            # semidefinite to rounding: use the symmetric square root of the clipped spectrum
+            # semidefinite to rounding: use the symmetric square root of the clipped spectrum. The
+            # eigenvalues within eigh's rounding (P·ε·λ_max) of 0 are 0: their square roots (~√ε
+            # relative) would put every draw off the covariance's range by that much
             w, U = torch.linalg.eigh(belief.cov)
-            L = U * w.clamp_min(0).sqrt()
+            tol = w.shape[-1] * torch.finfo(w.dtype).eps * w.abs().max()
+            L = U * torch.where(w > tol, w, torch.zeros_like(w)).sqrt()
         eps = torch.randn(n_samples, belief.mean.shape[-1], generator=generator,
                           device=belief.mean.device, dtype=belief.mean.dtype)
         return belief.mean + eps @ L.T
