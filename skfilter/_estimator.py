@@ -575,7 +575,7 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
             return
         bound = magnitude_bound(self._dtype)
         memo["lean"] = (cfg, d["_structural_values"], parts, progress, plan, _NUMPY_DTYPES[self._dtype],
-                        (1, self.n_features_in_), bound, bound * bound, output_limit(self._dtype))
+                        (1, self.n_features_in_), bound, bound * bound)
 
     def _lean_fit(self, X, y, classes) -> bool:
         """``partial_fit`` of one plain row on the compiled kernel with minimal Python, when nothing
@@ -590,7 +590,7 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
         lean = memo_for(self).get("lean")
         if lean is None:
             return False
-        cfg, structural, parts, progress, plan, np_dtype, shape, bound, bound2 = lean[:9]
+        cfg, structural, parts, progress, plan, np_dtype, shape, bound, bound2 = lean
         d = self.__dict__
         if d.get("_stream_start") is not None or "_restart" in d or self._check_params() is not cfg \
                 or d.get("_structural_values") is not structural or d.get("_progress") is not progress \
@@ -622,8 +622,9 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
         known = memo_for(self).pop("outputs", None)
         if known is not None and known[0] is state and known[1].shape == X.shape and known[1].dtype == X.dtype \
                 and known[1].tobytes() == X.tobytes():
-            if not known[2] <= lean[9]:
-                self._raise_output_too_large(known[2], lean[9])
+            limit = output_limit(self._dtype)
+            if not known[2] <= limit:
+                self._raise_output_too_large(known[2], limit)
         else:
             self._check_model_outputs(X)
         flags = X.flags  # the kernel gets a writeable C-contiguous array of its dtype (a user's row as is)

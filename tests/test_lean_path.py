@@ -216,16 +216,17 @@ def test_unseen_class_on_the_lean_path_raises_and_changes_nothing():
 
 def test_output_too_large_on_the_lean_path_raises_the_full_paths_error():
     X, y = _regression()
-    Xb = X[14][None] * 1e3
-    # an output limit this row's output exceeds and the others' do not (the real one needs outputs
-    # whose square overflows), in place before the lean record is made (it keeps the limit)
-    with mock.patch("skfilter._estimator.output_limit", return_value=50.0):
-        est = REGRESSORS["lofi"]().fit(X[:10], y[:10])
-        _loop(est, X, y, range(10, 14))
+    est = REGRESSORS["lofi"]().fit(X[:10], y[:10])
+    _loop(est, X, y, range(10, 14))
+    Xb = X[14][None]
+    # an output limit this row's output exceeds (the real one needs outputs whose square overflows)
+    limit = float(np.abs(est.predict(Xb)).max()) / 2
+    with mock.patch("skfilter._estimator.output_limit", return_value=limit):
         with full_paths():
             want = _error(lambda: copy.deepcopy(est).partial_fit(Xb, [1.0]))
-        est.predict(Xb)  # remembered outputs serve the check too
-        for _ in range(2):
+        for remembered in (True, False):  # the outputs of a prediction of the row, or a forward pass
+            if remembered:
+                est.predict(Xb)
             before = snapshot(est)
             with _Count() as count:
                 assert want is not None and _error(lambda: est.partial_fit(Xb, [1.0])) == want
