@@ -78,8 +78,9 @@ def _mapped_rows(X, input_map):
         inv, shift, bound = input_map
         Xn = np.multiply(Xn, inv, order="C")  # a new C-contiguous array, then in place (the same roundings)
         Xn += shift
-        if bound is not None:
-            np.clip(Xn, -bound, bound, out=Xn)
+        if bound is not None:  # np.clip's values (finite rows), by two ufuncs: np.clip costs ~5 µs a call
+            np.maximum(Xn, -bound, out=Xn)
+            np.minimum(Xn, bound, out=Xn)
         return Xn
     return np.ascontiguousarray(Xn)
 
