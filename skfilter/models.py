@@ -109,8 +109,8 @@ def make_mlp(n_inputs: int, hidden_layer_sizes, n_outputs: int, activation: str 
 
 
 class StandardizedMLP(nn.Sequential):
-    """An MLP whose inputs are first standardised by fixed (not learned) statistics:
-    ``h(θ, x) = mlp(θ, (x − input_offset) / input_scale)``.
+    """An MLP whose inputs are first standardised by fixed (not learned) statistics, and bounded:
+    ``h(θ, x) = mlp(θ, clip((x − input_offset) / input_scale, −input_bound, input_bound))``.
 
     The default network under ``prior_variance='auto'`` (:mod:`skfilter.priors`): the statistics are
     those of the rows the stream starts with, frozen for the life of the model, so the filter's
@@ -127,6 +127,12 @@ class StandardizedMLP(nn.Sequential):
         The layers, as for :class:`torch.nn.Sequential`.
     input_offset, input_scale : torch.Tensor of shape (n_inputs,)
         Subtracted from, then dividing, every input row (``input_scale > 0``).
+    input_bound : float or None, default=None
+        The standardised inputs are clipped to ``[−input_bound, input_bound]`` (None: not clipped).
+        The default network has :data:`skfilter.priors.INPUT_BOUND`: a row far outside what the
+        first rows showed (a feature constant in them, data sorted by a feature) cannot send the
+        pre-activations, and the filter with them, to extremes. The clip acts on the inputs, not
+        on ``θ``: the Jacobian is that of the network at the clipped row.
 
     Examples
     --------
@@ -140,20 +146,29 @@ class StandardizedMLP(nn.Sequential):
     4.0
     """
 
-    def __init__(self, *layers, input_offset, input_scale):
+    def __init__(self, *layers, input_offset, input_scale, input_bound=None):
         super().__init__(*layers)
         self.register_buffer("input_offset", torch.as_tensor(input_offset).clone())
         self.register_buffer("input_scale", torch.as_tensor(input_scale).clone())
+        self.input_bound = None if input_bound is None else float(input_bound)
 
     def forward(self, x):
-        return super().forward((x - self.input_offset) / self.input_scale)
+        z = (x - self.input_offset) / self.input_scale
+        bound = getattr(self, "input_bound", None)  # None in modules pickled before the bound
+        return super().forward(z if bound is None else z.clamp(-bound, bound))
 
 
-def standardize_mlp(mlp: nn.Sequential, input_offset, input_scale) -> StandardizedMLP:
-    """The :class:`StandardizedMLP` with the layers (shared, not copied) of ``mlp``."""
+def standardize_mlp(mlp: nn.Sequential, input_offset, input_scale, input_bound="default") -> StandardizedMLP:
+    """The :class:`StandardizedMLP` with the layers (shared, not copied) of ``mlp``; ``input_bound``
+    ``'default'``: :data:`skfilter.priors.INPUT_BOUND`."""
+    if isinstance(input_bound, str) and input_bound == "default":
+        from . import priors
+
+        input_bound = priors.INPUT_BOUND
     like = next(mlp.parameters())
     as_t = lambda v: torch.as_tensor(v, dtype=like.dtype, device=like.device)  # noqa: E731
-    return StandardizedMLP(*mlp.children(), input_offset=as_t(input_offset), input_scale=as_t(input_scale))
+    return StandardizedMLP(*mlp.children(), input_offset=as_t(input_offset), input_scale=as_t(input_scale),
+                           input_bound=input_bound)
 
 
 def train_mode_layers(module: nn.Module) -> list:
@@ -391,31 +406,34 @@ class MLPAdapter(ModuleAdapter):
         #: 'numpy': the Jacobian of CPU tensors on NumPy views (:mod:`skfilter._array_ops`); 'torch'
         self.cpu_backend = "numpy"
         self._layer_shapes = [tuple(m.weight.shape) for m in children[0::2]]
-        self._input_map = None  # (1/scale, −offset/scale) of a StandardizedMLP, as tensors and arrays
+        self._input_map = None  # (1/scale, −offset/scale, bound) of a StandardizedMLP, as tensors and arrays
         super().__init__(module, device, dtype, n_inputs, blocks)
         if isinstance(self.module, StandardizedMLP):
             inv = 1.0 / self.module.input_scale
             shift = -self.module.input_offset * inv
-            self._input_map = {"torch": (inv, shift)}
+            bound = getattr(self.module, "input_bound", None)
+            self._input_map = {"torch": (inv, shift, bound)}
             if inv.device.type == "cpu":
-                self._input_map["numpy"] = (inv.numpy(), shift.numpy())
+                self._input_map["numpy"] = (inv.numpy(), shift.numpy(), bound)
 
     def _inputs(self, ops, X_):
         """``X`` as the first Linear sees it: standardised for a :class:`StandardizedMLP` (one fused
-        multiply-add), unchanged otherwise."""
+        multiply-add, then the clip to ``±input_bound``), unchanged otherwise."""
         if self._input_map is None:
             return X_
         if isinstance(X_, torch.Tensor):
-            inv, shift = self._input_map["torch"]
-            return torch.addcmul(shift, X_, inv)
-        inv, shift = self._input_map["numpy"]
-        return X_ * inv + shift
+            inv, shift, bound = self._input_map["torch"]
+            Z = torch.addcmul(shift, X_, inv)
+            return Z if bound is None else Z.clamp_(-bound, bound)
+        inv, shift, bound = self._input_map["numpy"]
+        Z = X_ * inv + shift
+        return Z if bound is None else np.clip(Z, -bound, bound, out=Z)
 
     def architecture(self):
         """``(layer_shapes, activations, input_map)``: the ``(out, in)`` of each Linear, the names of
-        the hidden activations, and a ``StandardizedMLP``'s input map ``(1/scale, −offset/scale)``
-        as NumPy arrays (None without one, or off the CPU) — what the compiled kernels
-        (:mod:`skfilter.kernels`) need to run this MLP."""
+        the hidden activations, and a ``StandardizedMLP``'s input map ``(1/scale, −offset/scale,
+        bound)`` (NumPy arrays and the clip bound or None; None without one, or off the CPU) — what
+        the compiled kernels (:mod:`skfilter.kernels`) need to run this MLP."""
         numpy_map = None if self._input_map is None else self._input_map.get("numpy")
         return list(self._layer_shapes), list(self._act_names), numpy_map
 

@@ -88,9 +88,10 @@ class StreamStart(NamedTuple):
 
     def rows(self):
         """``(X, Y, w)``: the rows of every call, concatenated in order (``w`` None when no call
-        had sample weights; a call without them counts weight 1 per row)."""
-        X = np.concatenate([c.X for c in self.calls]) if len(self.calls) > 1 else self.calls[0].X
-        Y = np.concatenate([c.Y for c in self.calls]) if len(self.calls) > 1 else self.calls[0].Y
+        had sample weights; a call without them counts weight 1 per row). ``X`` may be DataFrames
+        (the factorization models keep their calls as given)."""
+        X = concatenate_rows([c.X for c in self.calls])
+        Y = concatenate_rows([c.Y for c in self.calls])
         if all(c.sample_weight is None for c in self.calls):
             return X, Y, None
         w = np.concatenate([np.ones(c.X.shape[0]) if c.sample_weight is None else
@@ -118,6 +119,34 @@ class StreamStart(NamedTuple):
         X, Y, w = self.rows()
         k = min(self.limit, self.n_rows)
         return X[:k], Y[:k], None if w is None else w[:k]
+
+
+def concatenate_rows(parts):
+    """The rows of ``parts`` (arrays, lists or DataFrames of the same kind) in order."""
+    if len(parts) == 1:
+        return parts[0]
+    if hasattr(parts[0], "iloc"):
+        import pandas as pd
+
+        return pd.concat(parts, ignore_index=True)
+    return np.concatenate([np.asarray(p) for p in parts])
+
+
+def copy_rows(a):
+    """A copy of the rows ``a`` that later changes to the caller's buffer cannot reach."""
+    if a is None:
+        return None
+    if hasattr(a, "copy") and not isinstance(a, list):
+        return a.copy()
+    return np.array(a, dtype=object if not hasattr(a, "__array__") and not _numeric_list(a) else None)
+
+
+def _numeric_list(a):
+    try:
+        np.asarray(a, dtype=np.float64)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _merged(calls):

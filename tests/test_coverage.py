@@ -54,8 +54,12 @@ def _jacobian(est, theta, X):
 
 def _fit_recording_jacobians(est, X, y):
     """Fit ``est`` on ``(X, y)`` row by row in one pass and return the Jacobian of every row at the
-    mean the filter linearised it at, ``(n, P)`` (the first row at the prior mean)."""
+    mean the filter linearised it at, ``(n, P)`` (the first row at the prior mean). ``est`` must have
+    its prior fixed by the first row (``n_prior_rows=1``, or a prior that uses no data): with more
+    prior rows the second call would set the prior again and learn row 0 again, on a new adapter
+    (issue 29), and the rows recorded would not be one pass from one prior."""
     est.partial_fit(X[:1], y[:1])
+    assert not est._prior_pending
     _, J0 = _jacobian(est, est._reference.mean, X[:1])
     rows = [J0]
     adapter = est._adapter
@@ -92,7 +96,12 @@ def test_one_far_input_row_does_not_blow_up_the_default_band(cls, seed):
     """Before: r̂ ×1.5e6 / ×4e8 and the std at x = 2 ×1000 / ×10000 (LoFi, seeds 0 / 2) after one
     row at x = 1e5. After: r̂ ×1.3 at most (one row's bounded influence), the std within ×1.2."""
     X, y = _sine(300, seed)
-    est = cls(random_state=seed).fit(X, y)
+    # the prior set from all 300 rows of the fit (n_prior_rows=300), as before issue 29, where the
+    # figures were measured: this test is about the noise estimate, not the prior's rows. (With the
+    # default 50 prior rows the far row moves the mean, hence the band at x = 2, further on seed 2:
+    # std ×1.55 (LoFi) / ×1.30 (EKF) — the fixed-noise effect of the last test below, while r̂
+    # stays bounded.)
+    est = cls(n_prior_rows=300, random_state=seed).fit(X, y)
     _, std_before = est.predict([[2.0]], return_std=True)
     r_before = est.obs_variance_.copy()
     est.partial_fit([[1e5]], [np.sin(1e5)])
@@ -100,7 +109,7 @@ def test_one_far_input_row_does_not_blow_up_the_default_band(cls, seed):
     assert np.all(est.obs_variance_ <= r_before * (1 + 15 * 0.02) * (1 + 1e-12))
     assert std_after[0] < 1.2 * std_before[0]
     # the band after 100 more in-range rows is that of a twin that never saw the far row (within 20 %)
-    twin = cls(random_state=seed).fit(X, y)
+    twin = cls(n_prior_rows=300, random_state=seed).fit(X, y)
     X2, y2 = _sine(100, seed + 10)
     est.partial_fit(X2, y2)
     twin.partial_fit(X2, y2)
@@ -127,7 +136,12 @@ def test_gross_target_moves_the_mean_boundedly_and_learning_goes_on():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(30, 2))
     y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=30)
-    est = EKFRegressor(hidden_layer_sizes=(3,), random_state=0).fit(X[:20], y[:20])
+    # n_prior_rows=20: the prior is fixed by the 20 rows of the fit, so the gross row is learned by
+    # the filter. (With the default 50 the stream is still in its start: the row would join the rows
+    # that set the prior — the targets' scale and the first noise estimate from a target of −1e11 —
+    # by design, issue 29; this test is about a gross row after that.)
+    est = EKFRegressor(hidden_layer_sizes=(3,), n_prior_rows=20, random_state=0).fit(X[:20], y[:20])
+    assert not est._prior_pending
     r_before = est.obs_variance_.copy()
     est.partial_fit([[0.0, 0.0]], [-1e11])
     assert np.all(est.obs_variance_ <= r_before * (1 + 15 / 31) * (1 + 1e-12))  # ε = 1/(10 + 21)
@@ -259,7 +273,9 @@ def test_truncation_keeps_the_diagonal_of_the_information_and_changes_the_band()
     Xte = np.linspace(-1.95, 1.95, 79)[:, None]
     ratios = {}
     for L in (10, 151):
-        est = LoFiRegressor(obs_variance=r, rank=L, random_state=0)
+        # n_prior_rows=1: the prior of the first row, as the figures were measured (before issue 29 the
+        # first call fixed it), and as _fit_recording_jacobians needs
+        est = LoFiRegressor(obs_variance=r, rank=L, n_prior_rows=1, random_state=0)
         jac = _fit_recording_jacobians(est, X, y)
         info = _exact_information(est, jac, r)
         Sigma = est.posterior_.covariance().numpy()
@@ -285,7 +301,11 @@ def test_band_does_not_hold_the_error_of_the_one_pass_mean():
     Xte, yte = _sine(500, 99, noise=0.02)
     r = 4e-4
     kw = dict(hidden_layer_sizes=(20,), obs_variance=r, random_state=0)
-    lofi = LoFiRegressor(rank=10, **kw)
+    # the priors the figures were measured with (before issue 29 a prior was fixed by the first call):
+    # LoFi learned row by row from the prior of the first row (n_prior_rows=1, which
+    # _fit_recording_jacobians needs), the EKF and the Monte-Carlo LoFi from that of all 200 rows
+    lofi = LoFiRegressor(rank=10, n_prior_rows=1, **kw)
+    kw["n_prior_rows"] = len(X)
     jac = _fit_recording_jacobians(lofi, X, y)
     mean, std = lofi.predict(Xte, return_std=True)
     _, epi = lofi.predict(Xte, return_std=True, include_noise=False)
@@ -316,7 +336,9 @@ def test_far_row_at_fixed_noise_moves_the_band_through_the_mean(cls, seed):
     ~10³ where the linearisation means nothing) moves it by O(1), and the Jacobian at x = 2,
     re-evaluated there, sees directions the rows in range never constrained."""
     X, y = _sine(500, seed)
-    est = cls(obs_variance=0.01, random_state=seed).fit(X, y)
+    # the prior of all 500 rows (n_prior_rows=500), as the figures were measured before issue 29 (with
+    # the default 50 the ratio is ×2.0 on both seeds: the effect is there, its size was measured here)
+    est = cls(obs_variance=0.01, n_prior_rows=500, random_state=seed).fit(X, y)
     Sigma0, mu0 = est.posterior_.covariance().numpy(), est.posterior_.mean.numpy().copy()
     _, J0 = _jacobian(est, mu0, [[2.0]])
     _, epi0 = est.predict([[2.0]], return_std=True, include_noise=False)

@@ -784,7 +784,11 @@ def test_adaptive_obs_variance_converges_to_the_noise_variance():
     rng = np.random.default_rng(1)
     X = rng.normal(size=(1500, 2))
     y = X @ [1.5, -0.7] + 0.3 + 0.5 * rng.normal(size=1500)  # noise variance 0.25
-    est = EKFRegressor(hidden_layer_sizes=(), obs_variance="adaptive", random_state=0).fit(X, y)
+    # n_prior_rows=1500: the prior set from all the rows, as before issue 29 (the tolerance was measured
+    # there: 0.278). 'adaptive' is the running mean (ε_t = 1/t) of every row's residual, so the early
+    # rows' transient stays in it; with the default 50 prior rows (another standardisation and start)
+    # it is 0.289 after these 1,500 rows and 0.261 / 0.252 after 3,000 / 6,000.
+    est = EKFRegressor(hidden_layer_sizes=(), obs_variance="adaptive", n_prior_rows=1500, random_state=0).fit(X, y)
     assert est.obs_variance_.shape == (1,)
     assert abs(est.obs_variance_[0] - 0.25) < 0.03
     _, std = est.predict(X[:3], return_std=True)

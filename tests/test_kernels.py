@@ -336,11 +336,17 @@ def test_monte_carlo_predictive_stays_on_the_torch_engine():
     from skfilter.model_selection import prequential_predict
 
     X, y = _regression(30)
+    # a prior that uses no data (numeric prior_variance and obs_variance): the whole pass is one
+    # filter loop that records the Monte-Carlo predictive, as every pass did before issue 29. (With
+    # the 'auto' defaults, the rows before n_prior_rows are predicted by `predict` between
+    # `partial_fit` calls, which learn on the compiled kernels where they serve — so the pass is not
+    # one recorded loop and the two paths differ by rounding, which the draws amplify.)
     make = lambda: LoFiRegressor(hidden_layer_sizes=(5,), rank=2, predictive="mc", n_mc_samples=20,  # noqa: E731
-                                 random_state=0)
+                                 prior_variance=0.1, obs_variance=0.01, random_state=0)
     mean, std = prequential_predict(make(), X, y, return_std=True)
     with compiled_kernels(False):
         mean_ref, std_ref = prequential_predict(make(), X, y, return_std=True)
+    assert np.isfinite(mean).all()  # row 0 too: predicted from the prior
     np.testing.assert_array_equal(mean, mean_ref)
     np.testing.assert_array_equal(std, std_ref)
 
@@ -602,3 +608,29 @@ def test_one_row_calls_resume_the_kernel_and_equal_the_torch_engine(kw):
         for k, v in noise.items():
             assert torch.equal(state.noise[k], v)
     _assert_same_state(est, ref, rtol=1e-11)
+
+@pytest.mark.parametrize("make", [lambda: LoFiRegressor(hidden_layer_sizes=(6,), rank=3, random_state=0),
+                                  lambda: EKFClassifier(hidden_layer_sizes=(5,), random_state=0)],
+                         ids=["LoFiRegressor", "EKFClassifier"])
+def test_clipped_standardised_inputs_on_the_kernel_equal_torch_engine(make):
+    """Issue 29: rows far outside what the first call showed (a feature constant in it, another
+    nearly so) reach the first layer clipped to ±INPUT_BOUND, on the kernel as in the torch model."""
+    from skfilter.priors import INPUT_BOUND
+
+    X, y = _classification(60, d=3) if "Classifier" in make().__class__.__name__ else _regression(60)
+    X = X.copy()
+    X[:4, 0] = 0.0
+    X[4:, 0] = 50.0 + 20.0 * np.abs(X[4:, 0])  # 0 in the first call, then far outside
+    X[:4, 1] = 1.0 + 1e-3 * X[:4, 1]  # nearly constant, then of spread 1
+    kw = {"classes": np.unique(y)} if "Classifier" in type(make()).__name__ else {}
+    fitted = []
+    for compiled in (False, True):
+        with compiled_kernels(compiled):
+            est = make().set_params(n_prior_rows=4).partial_fit(X[:4], y[:4], **kw)  # the prior of 4 rows
+            est.partial_fit(X[4:], y[4:])
+        fitted.append(est)
+    ref, est = fitted
+    z = (X[4:] - est.module_.input_offset.numpy()) / est.module_.input_scale.numpy()
+    assert np.abs(z).max() > INPUT_BOUND  # the clip acts
+    _assert_same_state(est, ref)
+    _assert_same_predictions(est, ref, X[-7:])

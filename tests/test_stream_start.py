@@ -242,3 +242,39 @@ def test_the_number_of_prior_rows_is_validated(name):
     for bad in (0, -1, 2.5, "many"):
         with pytest.raises((ValueError, TypeError), match=name):
             getattr(skfilter, "EKFRegressor")(**{name: bad}).fit(X, y)
+
+
+def _events(n=30, seed=0):
+    rng = np.random.default_rng(seed)
+    users, items = rng.integers(0, 6, n), rng.integers(0, 5, n)
+    X = np.column_stack([users, items, 50 + 20 * rng.normal(size=n)])
+    return X, users % 3 + items % 2 + 0.1 * rng.normal(size=n)
+
+
+@pytest.mark.parametrize("frame", [False, True])
+def test_factorization_one_row_per_call_reaches_the_model_of_one_call(frame):
+    import pandas as pd
+
+    X, y = _events()
+    if frame:
+        X = pd.DataFrame({"user": X[:, 0].astype(int).astype(str), "item": X[:, 1].astype(int), "ctx": X[:, 2]})
+        X["item"] = X["item"].astype("category")
+    make = lambda: skfilter.FactorizationRegressor(entity_columns=[0, 1] if not frame else "auto",  # noqa: E731
+                                                   n_factors=2, n_prior_rows=N_PRIOR, random_state=0)
+    whole = make().fit(X[:20], y[:20])
+    rows = make()
+    for t in range(20):
+        rows.partial_fit(X[t:t + 1], y[t:t + 1])
+    np.testing.assert_allclose(rows.predict(X[20:]), whole.predict(X[20:]), rtol=1e-9)
+
+
+@pytest.mark.parametrize("t", [2, N_PRIOR + 3])
+def test_factorization_prequential_predictions_use_earlier_rows_only(t):
+    X, y = _events()
+    X2, y2 = X.copy(), 3 * y + 1
+    X2[t:, 2] += 40
+    y2[:t] = y[:t]
+    est = skfilter.FactorizationRegressor(entity_columns=[0, 1], n_factors=2, n_prior_rows=N_PRIOR, random_state=0)
+    a, b = prequential_predict(clone(est), X, y), prequential_predict(clone(est), X2, y2)
+    np.testing.assert_array_equal(a[:t], b[:t])
+    assert np.isnan(a[0]) and np.isfinite(a[1:]).all()

@@ -15,6 +15,7 @@ import pytest
 from sklearn import datasets
 
 import skfilter
+import skfilter.datasets
 
 UCI_HOME = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "uci"
 
@@ -55,6 +56,8 @@ def _stream(name, kind, n=N_ROWS):
     """The first ``n`` rows of a dataset in its own order (sorted and grouped rows included), raw;
     classification: the dataset's classes, or a regression target above its median."""
     X, y = LOADERS[name]()
+    if name == "digits-576":  # a wide stream: fewer rows (its steps cost ~100× concrete's)
+        n = min(n, 25)
     X, y = np.asarray(X, dtype=float)[:n], np.asarray(y, dtype=float)[:n]
     if kind == "classifier" and name in ("diabetes", "concrete", "energy", "naval-propulsion-plant", "yacht",
                                           "kin8nm"):
@@ -81,9 +84,11 @@ def _row_by_row(est, X, y, kind):
 
 CASES = (
     [("LoFi", kind, name) for name in LOADERS for kind in ("regressor", "classifier")
-     if not (name in ("breast_cancer", "wine", "digits-576") and kind == "regressor")]
+     if not (name in ("breast_cancer", "wine", "digits-576") and kind == "regressor")
+     and not (name == "naval-propulsion-plant" and kind == "classifier")]  # one class in its first rows
     + [("EKF", kind, name) for name in ("diabetes", "concrete", "wine", "naval-propulsion-plant")
-       for kind in ("regressor", "classifier") if not (name == "wine" and kind == "regressor")]
+       for kind in ("regressor", "classifier") if not (name == "wine" and kind == "regressor")
+       and not (name == "naval-propulsion-plant" and kind == "classifier")]
     + [(family, kind, "concrete") for family in ("LRKF", "HiLoFi", "LoLoFi", "WoLF")
        for kind in ("regressor", "classifier")]
     + [("LoLoFi", "classifier", "breast_cancer"),
@@ -107,7 +112,7 @@ def test_slow_families_learn_row_by_row_from_row_0(family, kind):
     X, y = _stream("concrete", kind, n=60)
     est = _make(family, kind)
     if family in ("Subspace", "PULSE"):
-        est.set_params(warmup=30, warmup__n_epochs=5)
+        est.set_params(warmup=30)
     _row_by_row(est, X, y, kind)
 
 

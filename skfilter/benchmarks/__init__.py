@@ -20,6 +20,9 @@ Commands (one module each, registered in :data:`COMMANDS`):
 ``defaults`` (:mod:`skfilter.benchmarks.defaults`)
     Every estimator with default parameters on scikit-learn's bundled data sets (and concrete), raw
     and standardised, beside ``MLPClassifier``/``MLPRegressor``/``BayesianRidge``.
+``prior-rows`` (:mod:`skfilter.benchmarks.prior_rows`)
+    The ``'auto'`` prior set from the first ``k`` rows, then one row at a time (issue 29): divergences
+    after a small or unrepresentative start, and prequential scores against ``k`` (the default ``N``).
 
 ``wolf-tracking`` (:mod:`skfilter.benchmarks.wolf_tracking`)
     WoLF's 2-D tracking experiment (thesis §4.7.1): KF, WoLF-IMQ, WoLF-TMD, KF-IW and KF-B under
@@ -99,6 +102,7 @@ COMMANDS = {
     "speed": ".speed",
     "uci": ".uci",
     "defaults": ".defaults",
+    "prior-rows": ".prior_rows",
     "wolf-tracking": ".wolf_tracking",
     "wolf-uci": ".wolf_uci",
     "wolf-1d": ".wolf_1d",

@@ -16,6 +16,16 @@ A fit that raises (e.g. :class:`~skfilter.exceptions.FilterStepError` on diverge
 the ``error`` column. Targets of the issue: no divergence anywhere; classifiers' accuracy within two
 points of ``MLPClassifier``; regressors' ±2σ coverage between 90 % and 98 %.
 
+**Streaming** (``--streaming``, issue 29): every default filter fed the raw rows of each set in
+their own order, one row per call from row 0 — ``predict`` (``predict_proba``) of the row, then
+``partial_fit`` of it — beside :func:`~skfilter.model_selection.prequential_predict` of the same rows
+in one call. Both are one-step-ahead (each row predicted from the rows before it only; row 0, before
+any data, has no regression prediction); the table gives the prequential accuracy and log-loss, or
+RMSE, NLPD and ±2σ coverage, of the row-by-row loop over rows 1.., the largest difference between
+the two sequences of predictions (to rounding: the prior is fixed by the stream's first
+``n_prior_rows`` rows however they arrive), any failure, and µs per row of the loop
+(``--stream-rows`` first rows of each set, default 400).
+
 Run as ``python -m skfilter.benchmarks defaults`` (``--quick`` for one split and the small sets).
 """
 
@@ -158,6 +168,78 @@ def run(datasets=CLASSIFICATION_SETS + REGRESSION_SETS, seeds=(0, 1, 2), only=No
     return rows
 
 
+def stream(est, task, X, y) -> dict:
+    """One row per call from row 0 beside one ``prequential_predict`` call (module docstring)."""
+    from sklearn.base import clone
+
+    from ..metrics import gaussian_nlpd, interval_coverage
+    from ..model_selection import prequential_predict
+
+    out = {"error": ""}
+    classes = np.unique(y) if task == "classification" else None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            one = clone(est)
+            if task == "classification":
+                whole = prequential_predict(one, X, y, method="predict_proba", classes=classes)
+            else:
+                whole, _ = prequential_predict(one, X, y, return_std=True)
+            loop = clone(est)
+            preds, stds = [], []
+            t0 = time.perf_counter()
+            for t in range(X.shape[0]):
+                if t == 0:
+                    preds.append(np.full(len(classes), 1.0 / len(classes)) if classes is not None else np.nan)
+                    stds.append(np.nan)
+                    loop.partial_fit(X[:1], y[:1], **({"classes": classes} if classes is not None else {}))
+                    continue
+                if classes is not None:
+                    preds.append(loop.predict_proba(X[t:t + 1])[0])
+                else:
+                    m, sd = loop.predict(X[t:t + 1], return_std=True)
+                    preds.append(m[0])
+                    stds.append(sd[0])
+                loop.partial_fit(X[t:t + 1], y[t:t + 1])
+            out["us_per_row"] = (time.perf_counter() - t0) / X.shape[0] * 1e6
+        preds = np.asarray(preds)
+        out["max_diff"] = float(np.nanmax(np.abs(preds - whole)))
+        if classes is not None:
+            from sklearn.metrics import accuracy_score, log_loss
+
+            out["accuracy"] = accuracy_score(y[1:], classes[np.argmax(preds[1:], axis=1)])
+            out["log_loss"] = log_loss(y[1:], np.clip(preds[1:], 1e-15, 1), labels=classes)
+        else:
+            mean, std = preds[1:], np.asarray(stds[1:])
+            out["rmse"] = float(np.sqrt(np.mean((mean - y[1:]) ** 2)))
+            out["nlpd"] = float(gaussian_nlpd(y[1:], mean, std))
+            out["coverage"] = float(interval_coverage(y[1:], mean, std, n_std=2.0))
+    except Exception as exc:  # noqa: BLE001 - reported in the table
+        out["error"] = f"{type(exc).__name__}: {str(exc)[:60]}"
+    return out
+
+
+def run_streaming(datasets=CLASSIFICATION_SETS + REGRESSION_SETS, n_rows=400, only=None, progress=print) -> list:
+    """Rows ``{dataset, estimator, metrics…}`` of the streaming section (module docstring)."""
+    rows = []
+    for name in datasets:
+        X, y, task = load_dataset(name)
+        X, y = X[:n_rows], y[:n_rows]
+        for est_name, est in estimators(task, 0).items():
+            if est_name in ("MLPClassifier", "MLPRegressor", "BayesianRidge") or (only and est_name not in only):
+                continue
+            if progress:
+                progress(f"  {name:14s} {est_name:18s} one row per call")
+            rows.append({"dataset": name, "estimator": est_name, **stream(est, task, X, y)})
+    return rows
+
+
+STREAM_COLUMNS = [("dataset", "dataset", ""), ("estimator", "estimator", ""), ("accuracy", "accuracy", ".3f"),
+                  ("log_loss", "log-loss", ".3f"), ("rmse", "RMSE", ".2f"), ("nlpd", "NLPD", ".2f"),
+                  ("coverage", "±2σ coverage", ".3f"), ("max_diff", "max |row by row − one call|", ".1e"),
+                  ("us_per_row", "µs/row", ".0f"), ("error", "error", "")]
+
+
 COLUMNS = [("dataset", "dataset", ""), ("features", "features", ""), ("estimator", "estimator", ""),
            ("accuracy", "accuracy", ".3f"), ("log_loss", "log-loss", ".3f"), ("rmse", "RMSE", ".2f"),
            ("nlpd", "NLPD", ".2f"), ("coverage", "±2σ coverage", ".3f"), ("fit_s", "fit s", ".1f"),
@@ -170,11 +252,22 @@ def add_arguments(parser) -> None:
     parser.add_argument("--quick", action="store_true", help="one split, iris/wine/diabetes only")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="only these estimators (names as in the table)")
     parser.add_argument("--markdown", type=Path, default=None, help="also write the table as Markdown here")
+    parser.add_argument("--streaming", action="store_true",
+                        help="the streaming section: one row per call from row 0 beside one prequential call")
+    parser.add_argument("--stream-rows", type=int, default=400, help="first rows of each set (streaming section)")
 
 
 def main(args) -> int:
     """Run the benchmark and print the table (module docstring)."""
     datasets = ("iris", "wine", "diabetes") if args.quick else CLASSIFICATION_SETS + REGRESSION_SETS
+    if args.streaming:
+        rows = run_streaming(datasets, args.stream_rows, args.only)
+        table = format_table(rows, STREAM_COLUMNS)
+        print(table)
+        if args.markdown is not None:
+            write_text(args.markdown, format_table(rows, STREAM_COLUMNS, markdown=True) + "\n")
+            print(f"  table written to {args.markdown}")
+        return 0
     seeds = (0,) if args.quick else tuple(range(args.seeds))
     rows = run(datasets, seeds, args.only)
     table = format_table(rows, COLUMNS)

@@ -59,6 +59,7 @@ from ..kernels.factorization import kernel_plan, predict_events_compiled, run_ev
 from .._validation import PrefixedParamsMixin, ValidatedParamsMixin, check_parameter_constraints
 from ..likelihoods import Bernoulli, Categorical, Gaussian, Poisson, probit_probabilities
 from ..priors import input_standardization, target_scale
+from ..stream_start import DEFAULT_PRIOR_ROWS, StreamStart, copy_rows, generator_for
 from .dekf import as_numpy_ids
 from .entities import EntityPrior
 from .model import FactorizationFilter, Slot
@@ -271,6 +272,7 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
         "warm_start": ["boolean"],
         "verbose": ["verbose"],
         "random_state": ["random_state"],
+        "n_prior_rows": [Interval(numbers.Integral, 1, None, closed="left")],
         "device": [str, torch.device],
         "dtype": [None, StrOptions({"float64", "float32"})],
     }
@@ -402,8 +404,10 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
                 slots.append(Slot("context", n_ctx, True, prior(1, 0, n_ctx, context_var)))
         return signal, slots
 
-    def _build(self, ids, context, Y, weights, device, dtype):
-        rng = check_random_state(self.random_state)
+    def _build(self, ids, context, Y, weights, device, dtype, rng=None):
+        """The filter and its prior from the stream's first rows (``ids``, ``context``, ``Y``,
+        ``weights``), drawing from ``rng`` (default: ``random_state``'s generator)."""
+        rng = check_random_state(self.random_state) if rng is None else rng
         n_ctx = context.shape[1]
         self._n_context = n_ctx
         if n_ctx:
@@ -471,6 +475,8 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
         if reset and self.warm_start and hasattr(self, "filter_") and not record:
             reset = False  # fit continues the stream
         first = reset or not hasattr(self, "filter_")
+        if not first and not record and self.__dict__.get("_stream_start") is not None:
+            return self._restart(X, y, sample_weight, classes, passes)
         # a refit replaces the fitted attributes with new objects: on failure the old ones come back
         previous = dict(vars(self)) if first and hasattr(self, "filter_") else None
         try:  # validation changes nothing of a fitted estimator; a failed first call leaves it as it was
@@ -482,7 +488,7 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
             if w is not None and not np.any(w > 0):
                 raise ValueError("sample_weight has only zeros: nothing to learn from.")
             if first:
-                self._build(ids, context, Y, w, device, dtype)
+                self._start_stream(X, y, sample_weight, ids, context, Y, w, device, dtype, passes)
                 self.n_samples_seen_, self.n_iter_ = 0, 0
             elif (device, dtype) != (self.filter_.device, self.filter_.dtype):
                 self.filter_.to(device, dtype)
@@ -546,6 +552,48 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
             self.n_samples_seen_ += 1
             if progress is not None and ((i + 1) % 64 == 0 or i + 1 == n):
                 progress(i + 1)
+
+    # -- the stream's first rows (skfilter.stream_start) ------------------------------------------
+    def _start_stream(self, X, y, sample_weight, ids, context, Y, w, device, dtype, passes):
+        """Build the filter from the stream's first ``n_prior_rows`` rows (the targets' centre and
+        scale, the context's standardisation) and keep the call while fewer have arrived."""
+        limit = int(self.n_prior_rows)
+        restarting = self.__dict__.pop("_restarting", None)
+        rng = generator_for(self.random_state, restarting)
+        keep = len(context) < limit
+        state = rng.get_state() if keep else None
+        k = min(limit, len(context))
+        self._build([i[:k] for i in ids], context[:k], Y[:k], None if w is None else w[:k], device, dtype, rng=rng)
+        self._stream_start = None if not keep else StreamStart.begin(
+            copy_rows(X), copy_rows(y), copy_rows(w), limit=limit, n_passes=passes,
+            rng_state=state if restarting is None else restarting.rng_state)
+
+    def _restart(self, X, y, sample_weight, classes, passes):
+        """A call while the stream's first ``n_prior_rows`` rows are still arriving: the model built
+        again from all rows so far and every row learned again in one pass (a multi-pass ``fit`` on
+        fewer rows counts as one pass then). Bad input raises before anything changes; a failure
+        while learning leaves the estimator as it was before the call."""
+        start = self._stream_start
+        n = _n_rows(X)
+        self._validate(X, y, False)  # bad rows raise here, nothing changed
+        self._encode(y, False, classes, n)
+        w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64).reshape(-1)
+        if w is not None and (w.shape[0] != n or not np.all(np.isfinite(w)) or np.any(w < 0)):
+            raise ValueError("sample_weight must be finite, non-negative and have one entry per row.")
+        start = start.add(copy_rows(X), copy_rows(y), copy_rows(w), passes)
+        Xall, yall, wall = start.rows()
+        before = dict(vars(self))
+        labels = self.__dict__.get("classes_")
+        try:
+            self._forget()
+            self._restarting = start
+            self._fit(Xall, yall, wall, reset=True, classes=labels, passes=1)
+        except BaseException:
+            vars(self).clear()
+            vars(self).update(before)
+            raise
+        self._stream_start = None if start.complete else start._replace(calls=start.calls)
+        return self
 
     def _forget(self):
         for k in [k for k in vars(self) if k.endswith("_") and not k.startswith("__")] + ["_n_context"]:
@@ -666,8 +714,8 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
     def _fast_learn(self, X, y, sample_weight, classes):
         """``partial_fit`` of one row on the fast path; False when it does not apply. (``classes``
         only counts on the first call: the full path ignores it on a fitted estimator, as here.)"""
-        if sample_weight is not None:
-            return False
+        if sample_weight is not None or self.__dict__.get("_stream_start") is not None:
+            return False  # (while the stream's first rows arrive, each call builds the model again)
         one = self.__dict__.get("_one_row")
         if one is None or one.params is None:
             return False
@@ -818,8 +866,7 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
         previous = dict(vars(self))
         self._forget()
         try:
-            out = self.partial_fit_predict(X, y, return_std=return_std, method=method, sample_weight=sample_weight,
-                                           classes=classes)
+            out = self._prequential_from_start(X, y, return_std, method, sample_weight, classes)
             self.n_iter_ = 1  # one pass (row 0 and the rest)
             return out
         except FilterStepError:
@@ -828,6 +875,31 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
             vars(self).clear()
             vars(self).update(previous)
             raise
+
+    def _prequential_from_start(self, X, y, return_std, method, sample_weight, classes):
+        """The prequential pass from the prior: row 0 without a prediction, rows before the prior
+        is fixed (the first ``n_prior_rows``) predicted then learned one at a time, each from the
+        rows before it (the model built again from them), the rest recorded inside the filter loop."""
+        n = _n_rows(X)
+        k = min(int(self.n_prior_rows), n)
+        if self._is_classifier and classes is None and y is not None:
+            classes = np.unique(np.asarray(y))
+        outs = [self.partial_fit_predict(_take(X, 0, 1), _take(y, 0, 1), return_std=return_std, method=method,
+                                         sample_weight=_take(sample_weight, 0, 1), classes=classes)]
+        for t in range(1, k):
+            row = _take(X, t, t + 1)
+            if self._is_classifier:
+                outs.append(getattr(self, method)(row))
+            else:
+                outs.append(self.predict(row, return_std=return_std))
+            self._fit(row, _take(y, t, t + 1), _take(sample_weight, t, t + 1), reset=False)
+        if n > k:
+            outs.append(self.partial_fit_predict(_take(X, k, n), _take(y, k, n), return_std=return_std,
+                                                 method=method, sample_weight=_take(sample_weight, k, n)))
+        if return_std:
+            return (np.concatenate([np.asarray(o[0]) for o in outs]),
+                    np.concatenate([np.asarray(o[1]) for o in outs]))
+        return np.concatenate([np.asarray(o) for o in outs])
 
     def n_entities(self):
         """``{entity column: number of entities seen}``."""
@@ -859,6 +931,11 @@ _MODEL_DOC = """\
         Prior variance ``Π`` of each factor coordinate; ``'auto'``: ``s / (2√(a P))`` for targets of
         scale ``s`` ({scale}) and ``P`` pairs of features in an event (1 but for
         ``model='fm'``), so that the prior interaction term has standard deviation ``s/2``.
+    n_prior_rows : int, default=50
+        How many of the stream's first rows set what is scaled to data (the targets' centre and
+        scale behind the ``'auto'`` priors and the first noise estimate, the numeric context's
+        standardisation), however they arrive: until then every call builds the model again from all
+        rows so far and learns them again (:mod:`skfilter.stream_start`); then they are fixed.
     bias_variance : 'auto' or float, default='auto'
         Prior variance of entity biases (``'auto'``: ``(s/2)²``), of the numeric context's linear
         weights (``{context} s² / n_context``) and of the global bias (``s²``, centred on {centre}).
@@ -951,7 +1028,8 @@ class FactorizationRegressor(RegressorMixin, _FactorizationBase):
                               "likelihood": [StrOptions({"gaussian", "poisson"})]}
 
     def __init__(self, model="fm", *, entity_columns="auto", n_factors=8, order=2, biases=True,
-                 prior_variance="auto", bias_variance="auto", init_scale=0.5, half_life=None, drift_variance="auto",
+                 prior_variance="auto", n_prior_rows=50, bias_variance="auto", init_scale=0.5, half_life=None,
+                 drift_variance="auto",
                  reference="learned", context_blocks="auto", iterations=1, tol=1e-8, obs_variance="auto",
                  likelihood="gaussian", n_epochs=1, warm_start=False, verbose=0, random_state=None, device="cpu",
                  dtype=None):
@@ -1137,7 +1215,8 @@ class FactorizationClassifier(ClassifierMixin, _FactorizationBase):
     """
 
     def __init__(self, model="fm", *, entity_columns="auto", n_factors=8, order=2, biases=True,
-                 prior_variance="auto", bias_variance="auto", init_scale=0.5, half_life=None, drift_variance="auto",
+                 prior_variance="auto", n_prior_rows=50, bias_variance="auto", init_scale=0.5, half_life=None,
+                 drift_variance="auto",
                  reference="learned", context_blocks="auto", iterations=1, tol=1e-8, n_epochs=1, warm_start=False,
                  verbose=0, random_state=None, device="cpu", dtype=None):
         self._store_init_params(locals())

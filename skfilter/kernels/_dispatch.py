@@ -59,7 +59,7 @@ _PLANS = weakref.WeakKeyDictionary()
 
 def _program_of(adapter):
     """``((shapes, offsets, codes), input_map)`` of a default-MLP adapter (:func:`mlp_program`; the
-    ``(1/scale, −offset/scale)`` arrays of a ``StandardizedMLP`` or None), cached per adapter."""
+    ``(1/scale, −offset/scale, bound)`` of a ``StandardizedMLP`` or None), cached per adapter."""
     try:
         return _PROGRAMS[adapter]
     except KeyError:
@@ -70,12 +70,15 @@ def _program_of(adapter):
 
 
 def _mapped_rows(X, input_map):
-    """The rows as the default MLP's first layer sees them (standardised for a ``StandardizedMLP``)."""
+    """The rows as the default MLP's first layer sees them (standardised, and clipped to the bound,
+    for a ``StandardizedMLP``: :meth:`skfilter.models.MLPAdapter._inputs`)."""
     Xn = _numpy(X)
     if input_map is not None:
-        inv, shift = input_map
+        inv, shift, bound = input_map
         Xn = np.multiply(Xn, inv, order="C")  # a new C-contiguous array, then in place (the same roundings)
         Xn += shift
+        if bound is not None:
+            np.clip(Xn, -bound, bound, out=Xn)
         return Xn
     return np.ascontiguousarray(Xn)
 

@@ -7,7 +7,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from ._base import (Structure, UpdateInfo, as_variance_vector, merge_hypotheses, psd_factor,
+from ._base import (_FLOOR_MARGIN, Structure, UpdateInfo, as_variance_vector, merge_hypotheses, psd_factor,
                     resolution_floored_innovation, stiffness_limit, sync_step)
 
 #: rows of ``|Σ|`` per chunk of :func:`_abs_quadratic` (bounds its temporary to ``512 × P``)
@@ -131,8 +131,10 @@ class FullCovariance(Structure):
     for ``a ≳ 1/eps`` (an input of ``1e8`` with noise variance ``1e-2``: ``a ≈ 1e18``) the variance
     left along the row is below the rounding of the stored matrix, ``Σ'`` becomes indefinite, and a
     later row along that direction finds ``1 + h Σ hᵀ < 0``. The step checks, in its one host
-    synchronisation, the trace of ``Hw Σ Hwᵀ`` (``a`` for one row); when it exceeds the stiffness
-    limit (or the plain step fails its checks) the update is redone row by row (sequential
+    synchronisation, the trace of ``Hw Σ Hwᵀ`` (``a`` for one row), and whether the floor below could
+    bind for some row by the ``O(mP)`` bound of ``|h|ᵀ|Σ||h|`` (a moderate ``a`` can be a cancellation
+    too: a row repeated after a stiff one); when the trace exceeds the stiffness limit, the floor
+    could bind (or the plain step fails its checks) the update is redone row by row (sequential
     conditioning on independent rows equals the batch update) with the innovation of
     :func:`~skfilter.posteriors._base.resolution_floored_innovation`::
 
@@ -203,15 +205,18 @@ class FullCovariance(Structure):
             mu = mean + Vt[0] * (ew[0] / s)
             watch = (s,)
         elif m == 1:
-            s = ((Hw[..., 0, :] * HS[..., 0, :]).sum(-1) + 1.0).sqrt()
+            a_rows = (Hw[..., 0, :] * HS[..., 0, :]).sum(-1)
+            s = (a_rows + 1.0).sqrt()
             C = s[..., None, None]
             Vt = HS / C
             mu = mean + Vt[..., 0, :] * (ew[..., 0] / s)[..., None]
             a = s * s - 1.0
             watch = (a.amax(), a.amin())
+            a_rows = a_rows[..., None]
         else:
             S = HS @ Hw.mT
-            a = S.diagonal(dim1=-2, dim2=-1).sum(-1)  # the trace of Hw Σ Hwᵀ
+            a_rows = S.diagonal(dim1=-2, dim2=-1).clone()  # h_j Σ h_jᵀ of every row
+            a = a_rows.sum(-1)  # the trace of Hw Σ Hwᵀ
             S.diagonal(dim1=-2, dim2=-1).add_(1.0)
             C, info = torch.linalg.cholesky_ex(S)
             Vt = torch.linalg.solve_triangular(C, HS, upper=False)  # Vᵀ = C⁻¹ Hw Σ, (..., m, P)
@@ -233,20 +238,33 @@ class FullCovariance(Structure):
         else:
             new_cov = cov - Vt.mT @ Vt
         new_diag = new_cov.diagonal(dim1=-2, dim2=-1)
+        # cancellation along a row (class docstring): where the Cauchy–Schwarz bound (|h|·√diag Σ)² of
+        # |h|ᵀ|Σ||h| (O(mP)) is so far above a = h Σ hᵀ that the resolution floor could bind
+        # (κ·eps·bound·(1 + a) > a), the plain difference may leave a random sign along h (a moderate
+        # a does not exclude it: a row repeated after a stiff one, a ≈ 3.6e3 against a bound 1.5e17)
+        kappa_eps = _FLOOR_MARGIN * float(torch.finfo(cov.dtype).eps)
+        root_diag = cov.diagonal(dim1=-2, dim2=-1).clamp_min(0.0).sqrt()
+        if len(watch) == 1:  # one belief, one row: √bound watched, the rest on the host (fewest operations)
+            watch += (torch.dot(Hw[0].abs(), root_diag),)
+        else:
+            bound = (Hw.abs() * root_diag[..., None, :]).sum(-1) ** 2
+            bind = (kappa_eps * bound * (1.0 + a_rows) - a_rows).amax(-1)
+            watch += (bind.amax(),)
         failure, watched = sync_step([mu, C], positive=new_diag, info=info, watch=watch)
         # stiffness: a = s² − 1 of the scalar innovation, or the trace of Hw Σ Hwᵀ (per hypothesis)
-        if len(watched) == 1:
+        if len(watched) == 2:
             high = low = watched[0] * watched[0] - 1.0
+            binds = kappa_eps * watched[1] * watched[1] * (1.0 + low) - low
         else:
-            high, low = watched
+            high, low, binds = watched
         limit = stiffness_limit(cov.dtype)
-        if failure is None and 0.0 <= low and high <= limit:
+        if failure is None and 0.0 <= low and high <= limit and not binds > 0.0:
             return FullBelief(mu, new_cov), UpdateInfo(lambda: (C.reshape(1, 1) if C.dim() == 0 else C, ew))
         safe, safe_info = self._update_floored(mean, cov, Hw, ew)
         if mean.dim() == 1:
             return safe, safe_info
         # a stack: the hypotheses whose plain step was fine keep it (as each would alone)
-        keep = torch.isfinite(mu).all(-1) & (new_diag > 0).all(-1) & (a >= 0.0) & (a <= limit)
+        keep = torch.isfinite(mu).all(-1) & (new_diag > 0).all(-1) & (a >= 0.0) & (a <= limit) & ~(bind > 0.0)
         if info is not None:
             keep &= info == 0
         return merge_hypotheses(keep, FullBelief(mu, new_cov), safe), safe_info
@@ -307,9 +325,12 @@ class FullCovariance(Structure):
     def sample(self, belief, n_samples, generator):
         L, info = torch.linalg.cholesky_ex(belief.cov)
         if int(info):
-            # semidefinite to rounding: use the symmetric square root of the clipped spectrum
+            # semidefinite to rounding: use the symmetric square root of the clipped spectrum. The
+            # eigenvalues within eigh's rounding (P·ε·λ_max) of 0 are 0: their square roots (~√ε
+            # relative) would put every draw off the covariance's range by that much
             w, U = torch.linalg.eigh(belief.cov)
-            L = U * w.clamp_min(0).sqrt()
+            tol = w.shape[-1] * torch.finfo(w.dtype).eps * w.abs().max()
+            L = U * torch.where(w > tol, w, torch.zeros_like(w)).sqrt()
         eps = torch.randn(n_samples, belief.mean.shape[-1], generator=generator,
                           device=belief.mean.device, dtype=belief.mean.dtype)
         return belief.mean + eps @ L.T
