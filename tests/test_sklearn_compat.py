@@ -19,23 +19,6 @@ EXPECTED_FAILED_CHECKS = {
     ),
 }
 
-#: check_positive_only_tag_during_fit fits load_iris() in its file order: the first 50 rows, which
-#: fix the data-scaled prior (n_prior_rows=50, issue 29), are all setosa, so the input
-#: standardisation is setosa's (petal sd ~0.1-0.2) and the other classes arrive 10-25 sd away; the
-#: low-rank-covariance classifiers then diverge (FilterStepError, by design: the filter guards
-#: against runaway logits). Negative inputs themselves are accepted:
-#: test_negative_inputs_with_a_prior_of_the_whole_fit runs the same check with the prior of all rows.
-ORDER_SENSITIVE_CLASSIFIERS = {"LRKFClassifier", "HiLoFiClassifier", "LoLoFiClassifier"}
-SORTED_IRIS = ("Fits iris sorted by class: the prior of the first 50 rows sees one class only and "
-               "the low-rank filter diverges on the others (see ORDER_SENSITIVE_CLASSIFIERS).")
-
-
-def _expected_failed_checks(est):
-    expected = dict(EXPECTED_FAILED_CHECKS)
-    if type(est).__name__ in ORDER_SENSITIVE_CLASSIFIERS and est.get_params().get("likelihood") != "moment-matched":
-        expected["check_positive_only_tag_during_fit"] = SORTED_IRIS
-    return expected
-
 
 def _estimators():
     small = dict(hidden_layer_sizes=(10,), random_state=0)
@@ -72,34 +55,9 @@ def _estimators():
     ]
 
 
-@parametrize_with_checks(_estimators(), expected_failed_checks=_expected_failed_checks)
+@parametrize_with_checks(_estimators(), expected_failed_checks=lambda est: EXPECTED_FAILED_CHECKS)
 def test_sklearn_compatible(estimator, check):
     check(estimator)
-
-
-def test_negative_inputs_with_a_prior_of_the_whole_fit():
-    """check_positive_only_tag_during_fit for the classifiers of ORDER_SENSITIVE_CLASSIFIERS, with
-    the prior fixed by all 150 rows of the check's fit (as before issue 29): negative inputs are
-    accepted; and with the default prior the divergence is the documented FilterStepError."""
-    import numpy as np
-    import pytest
-    from sklearn.base import clone
-    from sklearn.datasets import load_iris
-    from sklearn.utils.estimator_checks import check_positive_only_tag_during_fit
-
-    from skfilter.exceptions import FilterStepError
-
-    X, y = load_iris(return_X_y=True)
-    X = X - X.mean()
-    for est in _estimators():
-        if "check_positive_only_tag_during_fit" not in _expected_failed_checks(est):
-            continue
-        check_positive_only_tag_during_fit(type(est).__name__, clone(est).set_params(n_prior_rows=150))
-        with pytest.raises(FilterStepError, match="diverged"):
-            clone(est).fit(X, y)
-        # the same rows shuffled: the first 50 show every class, and the filter learns them
-        order = np.random.default_rng(0).permutation(len(y))
-        assert clone(est).fit(X[order], y[order]).score(X, y) > 0.9
 
 
 def test_catch_all_name_is_stored_and_rejected_by_fit_only():
