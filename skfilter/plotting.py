@@ -515,6 +515,28 @@ def plot_reliability(y_true, proba, *, n_bins=10, labels=None, ax=None):
 
 
 # -- regression calibration -------------------------------------------------------------------------
+def _rows_with_a_prediction(y_true, mean, std):
+    """``(y_true, mean, std)`` without the rows whose ``mean`` (or array ``std``) is ``nan`` in some
+    output: the rows that have no prediction. Anything else (shapes, other non-finite values) is
+    left for :mod:`skfilter.metrics` to check; all rows ``nan`` raise a ``ValueError``."""
+    try:
+        m = np.asarray(mean, dtype=np.float64)
+        s = None if np.ndim(std) == 0 else np.asarray(std, dtype=np.float64)
+    except (TypeError, ValueError):
+        return y_true, mean, std  # not numbers: the metric's own check says so
+    if m.ndim == 0 or len(m) == 0 or np.shape(y_true)[:1] != m.shape[:1]:
+        return y_true, mean, std  # shapes the metric's own check refuses
+    missing = np.isnan(m.reshape(len(m), -1)).any(axis=1)
+    if s is not None and s.shape[:1] == m.shape[:1]:
+        missing |= np.isnan(s.reshape(len(s), -1)).any(axis=1)
+    if not missing.any():
+        return y_true, mean, std
+    if missing.all():
+        raise ValueError("No row has a prediction (mean all nan).")
+    keep = ~missing
+    return np.asarray(y_true)[keep], m[keep], std if s is None or s.shape[:1] != m.shape[:1] else s[keep]
+
+
 def plot_coverage(y_true, mean, std, *, levels=None, ax=None):
     r"""Nominal against empirical coverage of central Gaussian predictive intervals.
 
@@ -532,7 +554,8 @@ def plot_coverage(y_true, mean, std, *, levels=None, ax=None):
         Predictive means (``predict(X, return_std=True)`` or
         :func:`~skfilter.model_selection.prequential_predict`).
     std : array-like of the same shape, or float
-        Predictive standard deviations.
+        Predictive standard deviations. Rows whose ``mean`` or ``std`` is ``nan`` (no prediction:
+        a prequential pass's first row under a data-scaled prior) are left out.
     levels : array-like of shape (n_levels,), default=None
         Nominal coverages, each in ``(0, 1)``; ``None``: ``np.linspace(0.05, 0.99, 20)``.
     ax : matplotlib.axes.Axes, default=None
@@ -546,7 +569,8 @@ def plot_coverage(y_true, mean, std, *, levels=None, ax=None):
     Raises
     ------
     ValueError
-        Shapes that differ, non-finite values, negative ``std``, or levels outside ``(0, 1)``.
+        Shapes that differ, non-finite values (other than rows without a prediction), negative
+        ``std``, no row with a prediction, or levels outside ``(0, 1)``.
     ImportError
         Without matplotlib.
 
@@ -575,6 +599,9 @@ def plot_coverage(y_true, mean, std, *, levels=None, ax=None):
     if np.any(levels <= 0) or np.any(levels >= 1):
         raise ValueError("levels must lie strictly between 0 and 1.")
     levels = np.sort(levels)
+    # rows without a prediction (nan mean or std: a prequential pass's row 0 under a data-scaled
+    # prior, a pipeline's rows before it had learned anything) are left out, as in plot_prequential
+    y_true, mean, std = _rows_with_a_prediction(y_true, mean, std)
     z = norm.ppf(0.5 + 0.5 * levels)
     empirical = np.array([interval_coverage(y_true, mean, std, n_std=float(zi)) for zi in z])
 

@@ -142,7 +142,13 @@ class _SubspaceModel:
     def _start_stream(self, X, Y, w, cfg):
         if self._warmup_from_stream() and not isinstance(self.warmup, Integral):  # a fraction of this call
             self._warmup_rows_of_stream = max(1, int(math.ceil(float(self.warmup) * X.shape[0])))
-        super()._start_stream(X, Y, w, cfg)
+        # the few-rows warning once per stream, at its first call: not again at each rebuild while
+        # the stream's first rows arrive (skfilter.stream_start)
+        self._starting_stream = True
+        try:
+            super()._start_stream(X, Y, w, cfg)
+        finally:
+            del self._starting_stream
 
     def _warmup_loss(self):
         """The warm-up's negative log-likelihood, the filter's likelihood's (one logit: binary)."""
@@ -220,7 +226,7 @@ class _SubspaceModel:
             return warm, base
         Xw, Yw = self._warmup_rows(X, Y, weights)
         count = self._warmup_count()
-        if count is not None and count < _FEW_WARMUP_ROWS:  # fewer rows so far are learned again later
+        if count is not None and count < _FEW_WARMUP_ROWS and self.__dict__.get("_starting_stream"):
             warnings.warn(
                 f"{type(self).__name__}'s warm-up learns from only {count} row(s); its subspace (A, θ*) is fixed "
                 "for the life of the model. Warm up on more rows (warmup=200), separate data "

@@ -130,8 +130,12 @@ def test_prequential_regression_cumulative_and_windowed(linear_stream, tmp_path)
     assert [line.get_label() for line in ax.lines] == ["rmse", "nlpd", "coverage"]
     assert ax.get_xlabel() == "row of the stream" and "cumulative" in ax.get_title()
     # the last cumulative value is the metric of the whole stream
+    # (over the rows with a prediction: under the data-scaled prior row 0 has none, nan, and is left out)
     from skfilter.metrics import gaussian_nlpd
-    assert ax.lines[1].get_ydata()[-1] == pytest.approx(gaussian_nlpd(y, mean, std))
+    has = np.isfinite(mean)
+    assert not has[0] and has[1:].all()
+    assert ax.lines[1].get_ydata()[-1] == pytest.approx(gaussian_nlpd(y[has], mean[has], std[has]))
+    assert ax.lines[1].get_xdata()[0] == 1  # the curves start at the first row with a prediction
     _saved(ax, tmp_path, "prequential")
 
     ax = plot_prequential(y, mean, metrics="rmse", window=20, ax=Figure().subplots())
@@ -274,9 +278,18 @@ def test_coverage_calibrated_and_overconfident(linear_stream, tmp_path):
     nominal, empirical = ax.lines[1].get_data()
     assert list(nominal) == [0.5, 0.9] and np.all(empirical < nominal)
     # prequential predictions of a filter, 2-d y
+    # (row 0 has no prediction, nan, under the data-scaled prior: left out, not an error)
     ys, mean, std = linear_stream
+    assert np.isnan(mean[0])
     ax = plot_coverage(ys[:, None], mean[:, None], std[:, None], ax=Figure().subplots())
     assert len(ax.lines) == 2
+    from skfilter.metrics import interval_coverage
+    nominal, empirical = ax.lines[1].get_data()
+    from scipy.stats import norm
+    assert empirical[-1] == pytest.approx(interval_coverage(ys[1:], mean[1:], std[1:],
+                                                            n_std=norm.ppf(0.5 + 0.5 * nominal[-1])))
+    with pytest.raises(ValueError, match="No row has a prediction"):
+        plot_coverage(ys[:1], mean[:1], std[:1], ax=Figure().subplots())
 
 
 @pytest.mark.parametrize("kwargs, message", [

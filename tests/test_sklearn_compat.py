@@ -37,7 +37,11 @@ def _estimators():
         HiLoFiRegressor(hidden_rank=3, **small),
         HiLoFiClassifier(hidden_rank=3, **small),
         HiLoFiClassifier(hidden_rank=3, likelihood="moment-matched", **small),
-        LoLoFiRegressor(hidden_rank=10, last_rank=5, **small),
+        # three passes: check_regressors_train asks for R² > 0.5 on its training data, which one pass
+        # of a rank-5 last layer does not reliably reach (0.26-0.54 over random_state 0-4, with the
+        # prior of the first call's 200 rows as with that of the first 50 since issue 29: 0.543 ->
+        # 0.471 at random_state=0); with n_epochs=3, 0.57-0.63
+        LoLoFiRegressor(hidden_rank=10, last_rank=5, n_epochs=3, **small),
         LoLoFiClassifier(hidden_rank=10, last_rank=10, **small),
         SubspaceRegressor(n_components=5, **small),
         SubspaceRegressor(n_components=5, covariance="lofi", rank=2, **small),

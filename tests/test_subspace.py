@@ -354,7 +354,6 @@ def test_warmup_parameters_are_estimator_parameters():
 
 
 @pytest.mark.parametrize("make, match", [
-    (lambda: SubspaceRegressor(n_components=3, warmup=500), "at least 500 rows"),
     (lambda: SubspaceRegressor(n_components=30, warmup__n_epochs=5), "n_components=30"),
     (lambda: SubspaceRegressor(n_components=3, warmup=(np.zeros((4, 2)), np.zeros(4))), "features"),
     (lambda: SubspaceRegressor(n_components=3, warmup=(np.zeros((4, 3)), np.zeros(5))), "X_warmup"),
@@ -368,6 +367,21 @@ def test_bad_warmups_raise_before_anything_is_learned(make, match):
     with pytest.raises((ValueError, TypeError), match=match):
         est.fit(X, y)
     assert not hasattr(est, "filter_state_") and not hasattr(est, "warmup_")
+
+
+def test_a_warmup_longer_than_the_first_call_waits_for_its_rows():
+    # warmup=500 on a 50-row stream no longer raises (issue 29): the warm-up rows are the stream's
+    # first 500 however they arrive; until then each call warms up again on all rows so far
+    X, y = _stream(n=50)
+    X2, y2 = _stream(n=50, seed=1)
+    est = SubspaceRegressor(n_components=3, warmup=500, random_state=0).fit(X, y)
+    assert est._prior_pending and est.n_samples_seen_ == 50 and np.all(np.isfinite(est.predict(X)))
+    first = est.warmup_
+    est.partial_fit(X2, y2)  # warms up again, on the 100 rows so far, and learns them again
+    assert est._prior_pending and est.n_samples_seen_ == 100 and est.warmup_ is not first
+    Xa, ya = np.vstack([X, X2]), np.concatenate([y, y2])
+    twin = SubspaceRegressor(n_components=3, warmup=500, random_state=0).fit(Xa, ya)
+    np.testing.assert_allclose(est.predict(Xa), twin.predict(Xa), rtol=1e-5, atol=1e-6)
 
 
 def test_a_fitted_warmup_must_match_the_estimator():
@@ -437,14 +451,22 @@ def test_a_fitted_warmup_survives_clone_and_grid_search():
 
 def test_a_tiny_warmup_warns_and_still_learns():
     X, y = _stream(n=60)
-    est = SubspaceRegressor(n_components=3, random_state=0)
+    # (the default is now warmup=200 rows of the stream: the fraction is asked for explicitly)
+    est = SubspaceRegressor(n_components=3, warmup=0.5, random_state=0)
     with pytest.warns(UserWarning, match="only 2 row"):
         est.partial_fit(X[:4], y[:4])  # warmup=0.5 of a 4-row first call
-    for i in range(4, 60):
-        est.partial_fit(X[i:i + 1], y[i:i + 1])
-    assert est.n_samples_seen_ == 60 and np.all(np.isfinite(est.predict(X)))
     import warnings as w
 
     with w.catch_warnings():
+        w.simplefilter("error")  # once per stream: not again as the prior's rows arrive
+        for i in range(4, 60):
+            est.partial_fit(X[i:i + 1], y[i:i + 1])
+    assert est.n_samples_seen_ == 60 and np.all(np.isfinite(est.predict(X)))
+
+    with w.catch_warnings():
         w.simplefilter("error")
-        SubspaceRegressor(n_components=3, random_state=0).fit(X[:20], y[:20])  # 10 warm-up rows: no warning
+        SubspaceRegressor(n_components=3, warmup=0.5, random_state=0).fit(X[:20], y[:20])  # 10 warm-up rows: no warning
+        # a count of rows: the requested count decides, not the rows of the first call (issue 29)
+        SubspaceRegressor(n_components=3, random_state=0).partial_fit(X[:4], y[:4])  # warmup=200
+    with pytest.warns(UserWarning, match="only 5 row"):
+        SubspaceRegressor(n_components=3, warmup=5, random_state=0).fit(X, y)

@@ -376,21 +376,26 @@ def test_default_wolf_regressor_learns_through_ten_percent_outliers(weighting):
 def test_wolf_classifier_resists_flipped_labels(flips):
     """30 % random flips, or 40 % of the labels far from the boundary flipped (gross label
     errors): the weighted filter ends closer to the true boundary (5-seed means in the
-    ``wolf-labels`` benchmark; one seed here)."""
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(1500, 2))
-    margin = X[:, 0] + X[:, 1]
-    y = (margin > 0).astype(int)
-    if flips == "random":
-        noisy = np.where(rng.uniform(size=1500) < 0.3, 1 - y, y)
-    else:
-        idx = (np.abs(margin) > 1) & (rng.uniform(size=1500) < 0.4)
-        noisy = np.where(idx, 1 - y, y)
-    Xt = rng.normal(size=(2000, 2))
-    yt = (Xt[:, 0] + Xt[:, 1] > 0).astype(int)
-    base = EKFClassifier(hidden_layer_sizes=(10,), random_state=0)
-    acc = lambda est: (est.predict(Xt) == yt).mean()  # noqa: E731
-    plain, robust = acc(clone(base).fit(X, noisy)), acc(WoLFClassifier(base).fit(X, noisy))
+    ``wolf-labels`` benchmark; 3-seed means here: one seed is a coin toss within a few tenths of a
+    percent — with the prior of the stream's first 50 rows (issue 29) seed 0 of 'far' gives
+    0.973 < 0.9795 while the 3-seed mean keeps the claim)."""
+    def accuracies(seed):
+        rng = np.random.default_rng(seed)
+        X = rng.normal(size=(1500, 2))
+        margin = X[:, 0] + X[:, 1]
+        y = (margin > 0).astype(int)
+        if flips == "random":
+            noisy = np.where(rng.uniform(size=1500) < 0.3, 1 - y, y)
+        else:
+            idx = (np.abs(margin) > 1) & (rng.uniform(size=1500) < 0.4)
+            noisy = np.where(idx, 1 - y, y)
+        Xt = rng.normal(size=(2000, 2))
+        yt = (Xt[:, 0] + Xt[:, 1] > 0).astype(int)
+        base = EKFClassifier(hidden_layer_sizes=(10,), random_state=seed)
+        acc = lambda est: (est.predict(Xt) == yt).mean()  # noqa: E731
+        return acc(clone(base).fit(X, noisy)), acc(WoLFClassifier(base).fit(X, noisy))
+
+    plain, robust = np.mean([accuracies(seed) for seed in range(3)], axis=0)
     assert robust > plain + 0.003 and robust > 0.98
 
 
@@ -411,25 +416,31 @@ def test_predict_reports_the_plain_predictive_and_sample_y_pickle_work():
 def test_partial_fit_equals_fit_and_bad_input_leaves_it_unchanged():
     X, y = _regression_stream()
     a = WoLFRegressor(EKFRegressor(**_SMALL)).fit(X, y)
+    from skfilter.priors import target_scale
+
     b = WoLFRegressor(EKFRegressor(**_SMALL))
     b.partial_fit(X[:30], y[:30])
+    # the 'auto' IMQ threshold is the robust scale of the rows so far while fewer than n_prior_rows
+    # (50) have arrived, then of the stream's first 50 rows for good (issue 29)
+    assert b.weighting_.threshold == pytest.approx(target_scale(y[:30, None])[1][0])
     before = b.posterior_.mean.clone()
     with pytest.raises(ValueError):
         b.partial_fit(X[:3, :2], y[:3])
     np.testing.assert_array_equal(b.posterior_.mean.numpy(), before.numpy())
+    assert b.weighting_.threshold == pytest.approx(target_scale(y[:30, None])[1][0])  # unchanged too
     b.partial_fit(X[30:], y[30:])
     assert b.n_samples_seen_ == 60
-    # with explicit prior and noise (the 'auto' ones depend on the first call's rows) and threshold,
-    # fit and partial_fit in two calls give the same belief
+    assert b.weighting_.threshold == pytest.approx(target_scale(y[:50, None])[1][0])
+    assert a.weighting_.threshold == pytest.approx(target_scale(y[:50, None])[1][0])
+    # ... so with the 'auto' prior, noise and threshold too, fit and partial_fit in two calls give
+    # the same belief (the prior is fixed by the stream's first rows however they arrive)
+    np.testing.assert_allclose(a.posterior_.mean.numpy(), b.posterior_.mean.numpy(), rtol=1e-10, atol=1e-12)
+    # with explicit prior and noise and threshold, fit and partial_fit in two calls give the same belief
     explicit = EKFRegressor(prior_variance=0.5, obs_variance=0.1, **_SMALL)
     c = WoLFRegressor(explicit, threshold=0.5).fit(X, y)
     d = WoLFRegressor(explicit, threshold=0.5)
     d.partial_fit(X[:30], y[:30]).partial_fit(X[30:], y[30:])
     np.testing.assert_allclose(c.posterior_.mean.numpy(), d.posterior_.mean.numpy(), rtol=1e-12, atol=1e-14)
-    # the 'auto' IMQ threshold is fixed by the first call's targets (their robust scale)
-    from skfilter.priors import target_scale
-
-    assert b.weighting_.threshold == pytest.approx(target_scale(y[:30, None])[1][0])
 
 
 def test_grid_search_over_nested_and_own_parameters():
@@ -529,10 +540,13 @@ def test_ewma_limits_and_steady_state():
 def test_wolf_labels_benchmark_smoke():
     from skfilter.benchmarks import wolf_labels
 
-    rows = wolf_labels.run(seeds=(0,), thresholds=("auto",), corruptions=("far",), progress=None)
+    # a mean over 3 seeds (as test_wolf_classifier_resists_flipped_labels): one seed is a coin toss
+    # within a few tenths of a percent (seed 0 after issue 29's prior: 0.973 against 0.9795)
+    rows = wolf_labels.run(seeds=(0, 1, 2), thresholds=("auto",), corruptions=("far",), progress=None)
     by = {(r["base"], r["method"]): r["accuracy"] for r in rows}
     assert len(rows) == 4 and all(np.isfinite(v) for v in by.values())
-    assert by[("EKF (10 hidden)", "WoLF c=auto")] > by[("EKF (10 hidden)", "plain")]
+    for base in ("EKF (10 hidden)", "LoFi (default)"):
+        assert by[(base, "WoLF c=auto")] > by[(base, "plain")]
 
 
 # ---------------------------------------------------------------------------------------------
