@@ -80,6 +80,7 @@ TABLE_TITLES = {
     "factorization_bandit_table": "Factorization benchmark: explore/exploit (DEKF paper §5.2)",
     "factorization_estimation_table": "Factorization benchmark: parameter estimation (DEKF paper §5.1)",
     "factorization_peers_table": "Factorization benchmark: against river and surprise",
+    "defaults_streaming_table": "Defaults benchmark: one row per call from row 0 beside one call",
     "factorization_calls_table": "Factorization benchmark: per-event cost of fit, prequential and one row per call",
     "factorization_scale_table": "Factorization benchmark: throughput and memory",
     "inbetween_table": "Low-rank filters: in-between uncertainty",
