@@ -10,7 +10,7 @@ from sklearn.base import ClassifierMixin
 from sklearn.utils._param_validation import Interval, StrOptions, validate_params
 
 from ._sampling import SAMPLING_METHODS, PredictiveSamplingMixin
-from ._utils import memo_for, to_numpy
+from ._utils import memo_for, targets_array, to_numpy
 from ._validation import ProbabilisticClassifierMixin, check_class_module_outputs, encode_class_labels
 from .likelihoods import Bernoulli, Categorical, MomentMatchedCategorical, probit_probabilities
 
@@ -98,13 +98,8 @@ class FilterClassifierMixin(PredictiveSamplingMixin, ProbabilisticClassifierMixi
         the target matrix of :meth:`_fast_label_index`'s class index (a known label; ``classes``
         None or those of an earlier call), else None (the full path, its errors). A list or tuple
         as ``numpy.asarray`` makes it one, as the full path's fast check does."""
-        t = type(y)
-        if t is list or t is tuple:
-            try:
-                y = np.asarray(y)
-            except (ValueError, TypeError):
-                return None
-        elif t is not np.ndarray:
+        y = targets_array(y)
+        if y is None:
             return None
         if y.shape != (1,) or (classes is not None and not self._known_classes(classes)):
             return None

@@ -29,7 +29,8 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from ._utils import check_fitted, magnitude_bound, memo_for, output_limit
-from ._utils import pass_progress, progress_bar, resolve_device, resolve_dtype, torch_generator
+from ._utils import pass_progress, progress_bar, resolve_device, resolve_dtype, targets_array
+from ._utils import torch_generator
 from .dynamics import Dynamics, Reference
 from . import kernels
 from .filtering import EngineParts, FilterState, run_filter
@@ -714,13 +715,8 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
         for anything else (scikit-learn's path then validates, converts, or raises its own error).
         A row-by-row streaming loop calls ``partial_fit`` once per row: scikit-learn's checks cost
         ~0.2–0.5 ms a call."""
-        t = type(y)
-        if t is list or t is tuple:
-            try:
-                y = np.asarray(y)
-            except (ValueError, TypeError):
-                return None
-        elif t is not np.ndarray:
+        y = targets_array(y)
+        if y is None:
             return None
         if y.ndim == 0 or not self._fast_targets_ok(y):
             return None

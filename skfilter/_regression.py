@@ -14,7 +14,7 @@ from sklearn.utils.validation import check_is_fitted
 from . import kernels
 from ._sampling import SAMPLING_METHODS, PredictiveSamplingMixin
 from ._validation import raise_invalid_parameter, regression_target_matrix
-from ._utils import to_numpy
+from ._utils import targets_array, to_numpy
 from .likelihoods import Gaussian, Poisson
 from .priors import target_scale
 
@@ -135,13 +135,8 @@ class FilterRegressorMixin(PredictiveSamplingMixin, RegressorMixin):
         what :func:`~skfilter._validation.regression_target_matrix` returns for a numeric ndarray
         of shape ``(1,)`` (one output) or ``(1, n_outputs_)``, finite and within ``bound`` (a list or
         tuple as ``numpy.asarray`` makes it one, as the full path's fast check does)."""
-        t = type(y)
-        if t is list or t is tuple:
-            try:
-                y = np.asarray(y)
-            except (ValueError, TypeError):
-                return None
-        elif t is not np.ndarray:
+        y = targets_array(y)
+        if y is None:
             return None
         if y.dtype.kind not in "fiu":
             return None

@@ -200,3 +200,18 @@ def given_kwargs(**params) -> dict:
     """The keyword arguments that are not None: what a wrapper passes on only when its caller gave
     it (so that an inner estimator without the parameter keeps working when it is not given)."""
     return {k: v for k, v in params.items() if v is not None}
+
+
+def targets_array(y):
+    """``y`` as an ndarray for the fast target checks of a streaming call: an ndarray as it is, a
+    list or tuple as ``numpy.asarray`` makes it one; None for anything else (or a list NumPy cannot
+    read), which then takes scikit-learn's validation and its errors."""
+    t = type(y)
+    if t is np.ndarray:
+        return y
+    if t is list or t is tuple:
+        try:
+            return np.asarray(y)
+        except (ValueError, TypeError):
+            return None
+    return None
