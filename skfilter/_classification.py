@@ -9,10 +9,12 @@ import torch
 from sklearn.base import ClassifierMixin
 from sklearn.utils._param_validation import Interval, StrOptions, validate_params
 
+from . import kernels
 from ._sampling import SAMPLING_METHODS, PredictiveSamplingMixin
 from ._utils import memo_for, targets_array, to_numpy
 from ._validation import ProbabilisticClassifierMixin, check_class_module_outputs, encode_class_labels
-from .likelihoods import Bernoulli, Categorical, MomentMatchedCategorical, probit_probabilities
+from .likelihoods import (Bernoulli, Categorical, MomentMatchedCategorical, probit_probabilities,
+                          probit_probabilities_array)
 
 _CLASSIFICATION_PREDICTIVES = ("probit", "plugin", "mc")
 
@@ -217,9 +219,31 @@ class FilterClassifierMixin(PredictiveSamplingMixin, ProbabilisticClassifierMixi
             Columns in the order of ``classes_``.
         """
         rows, Xt = self._predict_rows(X)
-        proba = to_numpy(self._predictive_summary(Xt, rows))
+        proba = self._host_proba(rows, Xt)
+        if proba is None:
+            proba = to_numpy(self._predictive_summary(Xt, rows))
         self._check_finite_prediction(proba)  # a ValueError, never NaN probabilities
         return proba
+
+    def _host_proba(self, rows, Xt):
+        """:meth:`predict_proba`'s probabilities on NumPy arrays for the common case — one belief on
+        the CPU, ``predictive='probit'``, a compiled linearised predictive
+        (:func:`skfilter.kernels.linearized_arrays_compiled`) — where the summary's few torch
+        operations per call would cost more than their arithmetic for a row or a few
+        (:func:`~skfilter.likelihoods.probit_probabilities_array`, the formulas of the torch path);
+        None for every other case. The outputs at the mean are remembered for the next
+        ``partial_fit`` as the torch path does."""
+        state = self.filter_state_
+        if state.log_weights is not None or self.predictive != "probit" or Xt.device.type != "cpu":
+            return None
+        out = kernels.linearized_arrays_compiled(self._adapter, self._structure, state.belief, rows)
+        if out is None:
+            return None
+        f, var = out
+        lean = memo_for(self).get("lean")
+        if lean is None or not lean[4].checks_outputs:  # else the lean partial_fit's kernel checks them
+            self._remember_outputs(rows, torch.from_numpy(f))
+        return probit_probabilities_array(f, var, f.shape[1] == 1)
 
     def _sampled_probabilities(self, X, n_samples, random_state, method):
         """``(n, S, K)`` sampled class probabilities (:meth:`sample_proba`) and the generator."""

@@ -618,22 +618,25 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
         Y = self._lean_targets(y, classes, bound)
         if Y is None:
             return False
-        # the full path's check of the outputs and its error (nothing changed yet): the outputs a
-        # prediction of the same row computed from this state (bytes equal), else a forward pass
-        known = memo_for(self).pop("outputs", None)
-        if known is not None and known[0] is state and known[1].shape == X.shape and known[1].dtype == X.dtype \
-                and known[1].tobytes() == X.tobytes():
-            limit = output_limit(self._dtype)
-            if not known[2] <= limit:
-                self._raise_output_too_large(known[2], limit)
-        else:
-            self._check_model_outputs(X)
+        limit = output_limit(self._dtype)
+        if not plan.checks_outputs:
+            # the full path's check of the outputs and its error (nothing changed yet): the outputs a
+            # prediction of the same row computed from this state (bytes equal), else a forward pass
+            known = memo_for(self).pop("outputs", None)
+            if known is not None and known[0] is state and known[1].shape == X.shape \
+                    and known[1].dtype == X.dtype and known[1].tobytes() == X.tobytes():
+                if not known[2] <= limit:
+                    self._raise_output_too_large(known[2], limit)
+            else:
+                self._check_model_outputs(X)
+        # else the kernel checks them (the step's outputs are those at the mean): a row beyond the
+        # limit is handed back unlearned, and the full path raises its error
         flags = X.flags  # the kernel gets a writeable C-contiguous array of its dtype (a user's row as is)
         Xn = X if X.dtype is np_dtype and flags.c_contiguous and flags.writeable and flags.aligned \
             else np.array(X, dtype=np_dtype, order="C")
         Yn = np.array(Y, dtype=np_dtype, order="C")
         try:
-            new = plan.run_row(parts, state, Xn, Yn)
+            new = plan.run_row(parts, state, Xn, Yn, limit)
         except BaseException as exc:  # a failed step or an interrupt: the last good state (no row learned)
             if hasattr(exc, "last_good_state"):
                 self.filter_state_ = exc.last_good_state
@@ -847,9 +850,11 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
         state = self.filter_state_
         if state.log_weights is not None:
             return None
-        f = lean[4].forward(state.belief.mean.numpy(), rows)
+        plan = lean[4]
+        f = plan.forward(state.belief.mean.numpy(), rows)
         biggest = float(np.abs(f).max())
-        memo_for(self)["outputs"] = (state, X.copy(), biggest)
+        if not plan.checks_outputs:  # the lean partial_fit of this row checks them with these
+            memo_for(self)["outputs"] = (state, X.copy(), biggest)
         return state, f, biggest
     def _chunks(self, n, n_hypotheses=1):
         per_row = max(1, n_hypotheses * self._adapter.n_outputs * self.n_params_)

@@ -34,6 +34,7 @@ import functools
 import math
 
 import numpy as np
+from scipy.special import expit
 import torch
 
 
@@ -472,3 +473,17 @@ def probit_probabilities(f: torch.Tensor, var: torch.Tensor, binary: bool) -> to
         p1 = torch.sigmoid(z[..., :1])
         return torch.cat([1 - p1, p1], dim=-1)
     return torch.softmax(z, dim=-1)
+
+
+def probit_probabilities_array(f: np.ndarray, var: np.ndarray, binary: bool) -> np.ndarray:
+    """:func:`probit_probabilities` on NumPy arrays ``(n, C)`` (the same formulas: the scaled logits
+    ``z = f / √(1 + π v / 8)``, then the logistic sigmoid of a single logit or the softmax, shifted by
+    the row's largest logit); what an estimator's host-side ``predict_proba`` returns for one belief
+    on the CPU, where a row's few torch operations would cost more than their arithmetic."""
+    z = f / np.sqrt(1.0 + (math.pi / 8.0) * var)
+    if binary:
+        p1 = expit(z[:, :1])
+        return np.concatenate([1.0 - p1, p1], axis=1)
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    e /= e.sum(axis=1, keepdims=True)
+    return e

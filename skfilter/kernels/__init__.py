@@ -164,6 +164,16 @@ def linearized_compiled(adapter, structure, belief, X):
     return linearized(adapter, structure, belief, X)
 
 
+def linearized_arrays_compiled(adapter, structure, belief, X):
+    """:func:`linearized_compiled`'s ``(f, diag(J Σ Jᵀ))`` as NumPy arrays ``(n, C)`` (``X`` a tensor
+    or an array), or ``None``."""
+    if not enabled():
+        return None
+    from ._dispatch import linearized_arrays
+
+    return linearized_arrays(adapter, structure, belief, X)
+
+
 def forward_compiled(adapter, mean, X):
     """The default MLP's outputs at ``mean`` for the rows ``X`` on a compiled kernel (the forward
     pass of :func:`linearized_compiled`, so plug-in and linearised means agree bit for bit), or
@@ -175,5 +185,6 @@ def forward_compiled(adapter, mean, X):
     return forward(adapter, mean, X)
 
 
-__all__ = ["AVAILABLE", "compiled_kernels", "enabled", "forward_compiled", "handed_back", "linearized_compiled",
+__all__ = ["AVAILABLE", "compiled_kernels", "enabled", "forward_compiled", "handed_back", "linearized_arrays_compiled",
+           "linearized_compiled",
            "run_compiled", "step_compiled"]

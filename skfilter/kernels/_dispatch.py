@@ -85,6 +85,32 @@ def _mapped_rows(X, input_map):
     return np.ascontiguousarray(Xn)
 
 
+def _kernel_rows(X, np_dtype):
+    """Raw rows (a tensor or an array) as the kernels that map them take them: a C-contiguous array
+    of the belief's dtype (itself when it is one)."""
+    Xn = X if type(X) is np.ndarray else _numpy(X)
+    if Xn.dtype is np_dtype and Xn.flags.c_contiguous:
+        return Xn
+    return np.ascontiguousarray(Xn, dtype=np_dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _no_map(np_dtype):
+    """The map arguments of a model without an input map (never written)."""
+    return np.empty(0, dtype=np_dtype), np.empty(0, dtype=np_dtype), np.inf
+
+
+def map_arguments(input_map, np_dtype):
+    """``(in_scale, in_shift, in_bound)`` of :func:`~skfilter.kernels.mlp.map_row` for an adapter's
+    input map (:meth:`skfilter.models.MLPAdapter.architecture`) in ``np_dtype``: its arrays and
+    bound (``inf`` for no clip); empty arrays for a model without one."""
+    if input_map is None:
+        return _no_map(np.dtype(np_dtype))
+    inv, shift, bound = input_map
+    return (np.ascontiguousarray(inv, dtype=np_dtype), np.ascontiguousarray(shift, dtype=np_dtype),
+            np.inf if bound is None else float(bound))
+
+
 def _serves_adapter(adapter):
     return (type(adapter) is MLPAdapter and getattr(adapter, "cpu_backend", "numpy") == "numpy"
             and "forward_jacobian" not in vars(adapter))  # a replaced linearisation is honoured
@@ -94,6 +120,13 @@ def linearized(adapter, structure, belief, X):
     """``(f, diag(J Σ Jᵀ))`` of a single belief at the rows ``X`` by
     :func:`~skfilter.kernels.predictive.predict_rows`, as tensors ``(n, C)``, or None when the
     kernel does not serve this model/structure (or LoFi's capacitance is stiff)."""
+    out = linearized_arrays(adapter, structure, belief, X)
+    return None if out is None else (torch.from_numpy(out[0]), torch.from_numpy(out[1]))
+
+
+def linearized_arrays(adapter, structure, belief, X):
+    """:func:`linearized`'s ``(f, diag(J Σ Jᵀ))`` as NumPy arrays (one-row predictions skip the
+    tensors), or None."""
     mean = belief.mean
     if not _serves_adapter(adapter) or mean.dim() != 1 or not mean.is_cpu or mean.dtype not in _DTYPES:
         return None
@@ -108,12 +141,13 @@ def linearized(adapter, structure, belief, X):
         return None
     (shapes, offsets, codes), input_map = _program_of(adapter)
     m = _numpy(mean)
-    Xn = _mapped_rows(X, input_map).astype(m.dtype, copy=False)
+    Xn = _kernel_rows(X, m.dtype)
     f = np.empty((Xn.shape[0], int(shapes[-1, 0])), dtype=m.dtype)
     var = np.empty_like(f)
-    if not predict_rows(Xn, shapes, offsets, codes, m, code, first, second, f, var, stiffness_limit(m.dtype)):
+    if not predict_rows(Xn, shapes, offsets, codes, *map_arguments(input_map, m.dtype), m, code, first, second, f, var,
+                        stiffness_limit(m.dtype)):
         return None
-    return torch.from_numpy(f), torch.from_numpy(var)
+    return f, var
 
 
 def forward(adapter, mean, X):
@@ -131,9 +165,9 @@ def forward_array(program, input_map, m, X):
     map (:func:`_program_of`, a plan's ``program``/``input_map``), the mean as an array ``m`` and
     the rows ``X`` (a tensor or an array of ``m``'s dtype)."""
     shapes, offsets, codes = program
-    Xn = _mapped_rows(X, input_map).astype(m.dtype, copy=False)
+    Xn = _kernel_rows(X, m.dtype)
     f = np.empty((Xn.shape[0], int(shapes[-1, 0])), dtype=m.dtype)
-    forward_rows(Xn, shapes, offsets, codes, m, f)
+    forward_rows(Xn, shapes, offsets, codes, *map_arguments(input_map, m.dtype), m, f)
     return f
 
 
@@ -221,6 +255,15 @@ def _unused_records(C, np_dtype):
     return (np.empty((1, C), dtype=np_dtype), np.empty((1, C, C), dtype=np_dtype), np.empty((1, C), dtype=np_dtype))
 
 
+def _source_array(x, np_dtype):
+    """``x`` as a kernel reads a belief: a writeable C-contiguous array of ``np_dtype`` (itself when
+    it is one; numba compiles a read-only or strided array as another type)."""
+    flags = x.flags
+    if x.dtype is np_dtype and flags.c_contiguous and flags.writeable and flags.aligned:
+        return x
+    return np.array(x, dtype=np_dtype, order="C")
+
+
 def _numpy(t):
     try:
         return t.numpy()
@@ -243,6 +286,26 @@ class KernelPlan(abc.ABC):
         self.max_abs = float(lik.max_abs_output or 0.0)
         self.program, self.input_map = _program_of(parts.adapter)
         self.weight_kind, self.weight_c = _weighting_of(parts)
+        self._maps = {}
+        #: whether a step's outputs are those at the state's mean (no decay moves the mean first), so
+        #: that :meth:`run_row` can check them against an output bound in the kernel
+        self.checks_outputs = self.g == 1.0
+
+    def row_bound(self, output_bound):
+        """The kernel's output bound of a one-row call that also enforces ``output_bound`` (the
+        estimator's largest accepted output, checked before learning: a row beyond it is handed
+        back, and the full path raises its error)."""
+        return output_bound if self.max_abs <= 0.0 else min(self.max_abs, output_bound)
+
+    #: whether the structure's kernel maps the raw rows itself (:func:`~skfilter.kernels.mlp.map_row`)
+    maps_inside = False
+
+    def map_args(self, np_dtype):
+        """:func:`map_arguments` of this plan's input map in ``np_dtype``, built once per dtype."""
+        args = self._maps.get(np_dtype)
+        if args is None:
+            args = self._maps[np_dtype] = map_arguments(self.input_map, np_dtype)
+        return args
 
     # -- noise state ------------------------------------------------------------------------
     def _noise_vector(self, noise, C, dtype):
@@ -306,7 +369,9 @@ class KernelPlan(abc.ABC):
         return torch.from_numpy(array.copy())
 
     def settle(self, slot):
-        """Make slot 0 hold the latest belief after a kernel call that ended in ``slot``."""
+        """Prepare the next kernel call of a run after one that ended in ``slot``; returns the slot
+        that holds the latest belief (by default slot 0, where the structure copies it)."""
+        return 0
 
     def load_arrays(self, arrays, np_dtype, resumed=False):
         """:meth:`load` from the arrays of a belief (``resumed``: those :meth:`slot_arrays`
@@ -322,7 +387,7 @@ class KernelPlan(abc.ABC):
     def _inputs(self, X, Y, sample_weight, np_dtype):
         """``(X, Y, w, has_w)`` as the kernels take them: the rows as the default MLP's first layer
         sees them (standardised for a ``StandardizedMLP``), contiguous arrays."""
-        Xn = _mapped_rows(X, self.input_map)
+        Xn = _kernel_rows(X, np_dtype) if self.maps_inside else _mapped_rows(X, self.input_map)
         Yn = np.ascontiguousarray(_numpy(Y))
         has_w = sample_weight is not None
         w = np.ascontiguousarray(_numpy(sample_weight)) if has_w else _constants(np_dtype)[0]
@@ -423,8 +488,7 @@ class KernelPlan(abc.ABC):
                     outs.append(self._records(record, X[row - done:row], *(r[row - done:row] for r in rec),
                                               noise_state))
                 if not final:
-                    self.settle(slot)
-                    slot = 0
+                    slot = self.settle(slot)
                 state = FilterState(self.belief(slot, belief, n_steps, final), noise_state, n_seen)
                 if final and self.n_params <= ZERO_COPY_PARAMS:
                     arrays = self.slot_arrays(slot)
@@ -458,22 +522,19 @@ class KernelPlan(abc.ABC):
         """The model's outputs at the mean ``m`` (an array) for the rows ``X`` (:func:`forward_array`)."""
         return forward_array(self.program, self.input_map, m, X)
 
-    def run_row(self, parts, state, X, Y):
+    def run_row(self, parts, state, X, Y, output_bound=None):
         """:meth:`run` for one row, unweighted, unrecorded, without progress (an estimator's lean
         one-row ``partial_fit``, :meth:`skfilter._estimator.BaseFilter._lean_fit`): ``X (1, D)`` and
         ``Y (1, C)`` NumPy arrays of the belief's dtype. The same kernel call and the same new state
-        as :meth:`run` (bit for bit). Returns the new state, or None when the kernel hands the step
-        back (nothing learned, nothing counted: the caller's full path redoes it). Raises as
-        :meth:`run`, with ``last_good_state`` (``state``) and ``rows_done`` (0)."""
+        as :meth:`run` (bit for bit). ``output_bound`` (with :attr:`checks_outputs`): a row whose
+        outputs exceed it is handed back unlearned. Returns the new state, or None when the kernel
+        hands the step back (nothing learned, nothing counted: the caller's full path redoes it).
+        Raises as :meth:`run`, with ``last_good_state`` (``state``) and ``rows_done`` (0)."""
         belief = state.belief
         np_dtype = _NP_DTYPES[belief.mean.dtype]
         C = Y.shape[1]
-        Xn = _mapped_rows(X, self.input_map)
-        consts = self.__dict__.setdefault("_row_constants", {}).get((C, np_dtype))
-        if consts is None:  # what every one-row call of this width and dtype passes unchanged
-            consts = self._row_constants[(C, np_dtype)] = (*self._noise_params(C, np_dtype), *_constants(np_dtype),
-                                                            _unused_records(C, np_dtype))
-        params, adaptive, ones, limit, tiny, unused = consts
+        Xn = X if self.maps_inside else _mapped_rows(X, self.input_map)
+        params, adaptive, ones, limit, tiny, unused = self._row_constants(C, np_dtype)
         scale = np.empty(C, dtype=np_dtype)
         self.n_params = P = belief.mean.shape[-1]
         last, self._last = self.__dict__.get("_last"), None
@@ -486,6 +547,8 @@ class KernelPlan(abc.ABC):
             noise_vec = self._noise_vector(noise, C, np_dtype)
         common = {"params": params, "adaptive": adaptive, "limit": limit, "tiny": tiny, "scale": scale,
                   "recording": False, "noise": noise_vec, "rec": unused}
+        if output_bound is not None and self.checks_outputs:
+            common["max_abs"] = self.row_bound(output_bound)
         try:
             done, status, slot = self.call(Xn, Y, ones, False, 1, common)
         except BaseException as exc:
@@ -507,6 +570,15 @@ class KernelPlan(abc.ABC):
                 self._last = (new.belief, noise, np_dtype, arrays, noise_vec)
         return new
 
+    def _row_constants(self, C, np_dtype):
+        """What every one-row call of width ``C`` and this dtype passes unchanged: ``(params,
+        adaptive, ones, limit, tiny, unused records)``."""
+        known = self.__dict__.setdefault("_row_consts", {}).get((C, np_dtype))
+        if known is None:
+            known = self._row_consts[(C, np_dtype)] = (*self._noise_params(C, np_dtype), *_constants(np_dtype),
+                                                       _unused_records(C, np_dtype))
+        return known
+
     def _records(self, record, X, f, quad, r, noise_state):
         """The recorder's output for rows whose predictive the kernel computed: each row is passed as
         one hypothesis with its own noise state (``r`` before its step), so one call serves them all."""
@@ -519,7 +591,11 @@ class KernelPlan(abc.ABC):
 
 
 class LoFiPlan(KernelPlan):
-    """Diagonal LoFi: :func:`~skfilter.kernels.lofi.lofi_rows`."""
+    """Diagonal LoFi: :func:`~skfilter.kernels.lofi.lofi_rows`. The kernel reads the belief where it
+    lies (``source``: the arrays of the state's tensors) and writes two fresh slots of this call, so
+    no belief is copied on the way in; a one-row call's new belief is a view of its slot."""
+
+    maps_inside = True
 
     def load(self, state, np_dtype):
         b = state.belief
@@ -529,11 +605,14 @@ class LoFiPlan(KernelPlan):
 
     def load_arrays(self, arrays, np_dtype, resumed=False):
         mean, diagonal, low_rank, eta, m0 = arrays
+        if not resumed:  # the kernel takes writeable C-contiguous arrays of its dtype (only reads them)
+            mean, diagonal, low_rank = (_source_array(x, np_dtype) for x in (mean, diagonal, low_rank))
         P, L = mean.shape[0], low_rank.shape[0]
+        self.source = (mean, diagonal, low_rank)
+        self.cur = -1
         self.means = np.empty((2, P), dtype=np_dtype)
         self.diags = np.empty((2, P), dtype=np_dtype)
         self.factors = np.empty((2, L, P), dtype=np_dtype)
-        self.means[0], self.diags[0], self.factors[0] = mean, diagonal, low_rank
         if self.g == 1.0 and self.q == 0.0:  # static: the kernel only reads them (no copy)
             if resumed:
                 self.eta, self.m0 = eta, m0
@@ -544,19 +623,78 @@ class LoFiPlan(KernelPlan):
             self.eta, self.m0 = eta.copy(), m0.copy()
 
     def slot_arrays(self, slot):
+        if slot < 0:
+            return (*self.source, self.eta, self.m0)
         return self.means[slot], self.diags[slot], self.factors[slot], self.eta, self.m0
 
     def call(self, X, Y, w, has_w, batch_size, c):
         shapes, offsets, codes = self.program
         rf, rq, rn = c["rec"]
-        return lofi_rows(X, Y, w, has_w, batch_size, shapes, offsets, codes, self.means, self.diags, self.factors,
-                         0, self.code, c["noise"], c["params"], c["adaptive"], self.max_abs, self.weight_kind,
-                         self.weight_c, self.g, self.q,
-                         self.eta, self.m0, c["recording"], rf, rq, rn, c["limit"], c["tiny"], c["scale"])
+        mean0, diag0, W0 = self.source
+        out = lofi_rows(X, Y, w, has_w, batch_size, shapes, offsets, codes, *self.map_args(self.means.dtype), mean0,
+                        diag0, W0, self.means, self.diags, self.factors, self.cur, self.code, c["noise"], c["params"],
+                        c["adaptive"], c.get("max_abs", self.max_abs), self.weight_kind, self.weight_c, self.g, self.q,
+                        self.eta, self.m0,
+                        c["recording"], rf, rq, rn, c["limit"], c["tiny"], c["scale"])
+        self.cur = out[2]
+        return out
 
     def settle(self, slot):
-        if slot != 0:
-            self.means[0], self.diags[0], self.factors[0] = self.means[1], self.diags[1], self.factors[1]
+        return slot  # the next call goes on from it (the kernel alternates the slots)
+
+    def run_row(self, parts, state, X, Y, output_bound=None):
+        """:meth:`KernelPlan.run_row` for a static LoFi continuing from the state this plan's last
+        one-row call returned (a streaming loop): the kernel reads that state's arrays and writes
+        one fresh slot, which the new state's tensors view — no conversion, no copy of the belief.
+        Anything else takes the general :meth:`KernelPlan.run_row`. The same kernel call (bit for
+        bit)."""
+        last = self.__dict__.get("_last")
+        belief = state.belief
+        if last is None or last[0] is not belief or last[1] is not state.noise or len(last) < 6 \
+                or output_bound is None or self.g != 1.0 or self.q != 0.0:
+            new = KernelPlan.run_row(self, parts, state, X, Y, output_bound)
+            last = self.__dict__.get("_last")
+            if new is not None and last is not None and output_bound is not None and self.g == 1.0 and self.q == 0.0:
+                np_dtype = last[2]
+                consts = (*self._row_constants(Y.shape[1], np_dtype), {}, self.map_args(np_dtype))
+                self._last = (*last, consts)  # the next one-row call takes the fast path
+            return new
+        self._last = None
+        _, noise, np_dtype, (mean0, diag0, W0, eta, m0), noise_prev, consts = last
+        params, adaptive, ones, limit, tiny, (rf, rq, rn), bound_of, map_args = consts
+        max_abs = bound_of.get(output_bound)
+        if max_abs is None:
+            max_abs = bound_of[output_bound] = self.row_bound(output_bound)
+        C = Y.shape[1]
+        P = mean0.shape[0]
+        means = np.empty((1, P), dtype=np_dtype)  # one row: the kernel writes slot 0 only
+        diags = np.empty((1, P), dtype=np_dtype)
+        factors = np.empty((1, W0.shape[0], P), dtype=np_dtype)
+        scale = np.empty(C, dtype=np_dtype)
+        noise_vec = noise_prev.copy()  # the last state's noise views its vector
+        shapes, offsets, codes = self.program
+        try:
+            done, status, _ = lofi_rows(X, Y, ones, False, 1, shapes, offsets, codes, *map_args, mean0, diag0, W0,
+                                        means, diags, factors, -1, self.code, noise_vec, params, adaptive, max_abs,
+                                        self.weight_kind, self.weight_c, 1.0, 0.0, eta, m0, False, rf, rq, rn, limit,
+                                        tiny, scale)
+        except BaseException as exc:
+            exc.last_good_state = state
+            exc.rows_done = 0
+            if isinstance(exc, FilterStepError):
+                exc.step = 0
+            raise
+        if status != DONE or not done:
+            self._last = last
+            return None
+        if adaptive:
+            noise = self._noise_state(noise, noise_vec, scale, C, True)
+        mean, diag, W = means[0], diags[0], factors[0]
+        n_steps = belief.n_steps
+        new_belief = type(belief)(torch.from_numpy(mean), torch.from_numpy(diag), torch.from_numpy(W),
+                                  belief.prior_precision, belief.prior_mean, None if n_steps is None else n_steps + 1)
+        self._last = (new_belief, noise, np_dtype, (mean, diag, W, eta, m0), noise_vec, consts)
+        return FilterState(new_belief, noise, state.n_seen + 1)
 
     def stack(self, b, np_dtype):
         K = b.mean.shape[0]
@@ -567,7 +705,7 @@ class LoFiPlan(KernelPlan):
         shapes, offsets, codes = self.program
         means, diags, factors, etas, m0s = stacks
         rf, rq, rn = c["rec"]
-        return lofi_hypotheses(X, Y, w, has_w, batch_size, shapes, offsets, codes, means, diags, factors, self.code,
+        return lofi_hypotheses(X, Y, w, has_w, batch_size, shapes, offsets, codes, *self.map_args(means.dtype), means, diags, factors, self.code,
                                c["noises"], c["params"], c["adaptive"], self.max_abs, self.g, self.q, etas, m0s,
                                rf, rq, rn, c["limit"], c["tiny"], c["scales"])
 
@@ -581,8 +719,10 @@ class LoFiPlan(KernelPlan):
             eta, m0 = template.prior_precision, template.prior_mean
         else:
             eta, m0 = t(self.eta, final).reshape(self.eta_shape), t(self.m0, final)
-        return type(template)(t(self.means[slot], final), t(self.diags[slot], final), t(self.factors[slot], final),
-                              eta, m0, n_steps)
+        mean, diag, W = self.slot_arrays(slot)[:3]
+        if slot < 0:  # no step done: the source arrays are the state's own
+            final = False
+        return type(template)(t(mean, final), t(diag, final), t(W, final), eta, m0, n_steps)
 
 
 class DiagonalPlan(KernelPlan):
@@ -608,7 +748,8 @@ class DiagonalPlan(KernelPlan):
         rf, rq, rn = c["rec"]
         return diagonal_rows(X, Y, w, has_w, batch_size, shapes, offsets, codes, self.means, self.variances, 0,
                              structure.projection == "fd", structure.vd_mean == "exact", self.code, c["noise"],
-                             c["params"], c["adaptive"], self.max_abs, self.weight_kind, self.weight_c, self.g, self.q,
+                             c["params"], c["adaptive"], c.get("max_abs", self.max_abs), self.weight_kind, self.weight_c,
+                             self.g, self.q,
                              c["recording"], rf, rq, rn,
                              c["limit"], c["tiny"], c["scale"])
 
@@ -652,7 +793,8 @@ class FullPlan(KernelPlan):
         shapes, offsets, codes = self.program
         rf, rq, rn = c["rec"]
         return full_rows(X, Y, w, has_w, batch_size, shapes, offsets, codes, self.mean, self.cov, self.code,
-                         c["noise"], c["params"], c["adaptive"], self.max_abs, self.weight_kind, self.weight_c, self.g,
+                         c["noise"], c["params"], c["adaptive"], c.get("max_abs", self.max_abs), self.weight_kind,
+                         self.weight_c, self.g,
                          self.q, c["recording"],
                          rf, rq, rn, c["limit"], c["tiny"], c["scale"])
 

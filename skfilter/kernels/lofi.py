@@ -21,7 +21,7 @@ import numpy as np
 from numba import njit
 
 from .linalg import FAST, all_finite, cholesky_into, cholesky_solve, combine_rows, gram_into, solve_lower
-from .mlp import mlp_buffers, mlp_forward_jacobian
+from .mlp import map_row, mlp_buffers, mlp_forward_jacobian
 from .observations import (PREDICTIVE_WEIGHTING, observation_buffers, outputs_within, record_outputs, restore,
                            weigh_and_observe)
 
@@ -97,12 +97,16 @@ def _predict(mean_src, diag_src, W_src, mean_dst, diag_dst, tilde, L, g, q, work
 
 
 @njit(cache=True, nogil=True)
-def lofi_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, means, diags, factors, cur,
-              likelihood, noise, noise_params, adaptive, max_abs, weight_kind, weight_c, g, q, eta, m0, record, rec_f, rec_quad,
+def lofi_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, in_scale, in_shift, in_bound, mean0, diag0, W0,
+              means, diags, factors, cur, likelihood, noise, noise_params, adaptive, max_abs, weight_kind, weight_c, g, q, eta, m0, record, rec_f, rec_quad,
               rec_noise, limit, tiny, scale_out):
-    """Filter the rows of ``X (n, D)`` (already mapped as the model's first layer sees them) with
-    targets ``Y (n, C)``, ``batch`` rows per step, from the belief in slot ``cur`` of ``means (2, P)``,
-    ``diags (2, P)``, ``factors (2, L, P)`` (``Wᵀ``).
+    """Filter the rows of ``X (n, D)`` (raw: each is mapped as the model's first layer sees it by
+    :func:`~skfilter.kernels.mlp.map_row` with ``in_scale``, ``in_shift``, ``in_bound``) with targets
+    ``Y (n, C)``, ``batch`` rows per step, from the belief ``mean0 (P,)``, ``diag0 (P,)``, ``W0 (L, P)``
+    (``Wᵀ``; only read) when ``cur`` is −1, else from slot ``cur`` of the work buffers
+    ``means (2, P)``, ``diags (2, P)``, ``factors (2, L, P)``. The first step writes slot 0, each
+    later one the other slot: a one-row call reads the estimator's belief where it lies and writes a
+    fresh slot (no copy of the belief on the way in).
 
     ``weight_kind``, ``weight_c``: the robust weighting (:data:`~skfilter.kernels.observations.WEIGHTING_CODES`,
     0 for none) and its threshold. ``noise``: Gaussian ``[r_1 … r_C, Σw]`` (see :func:`~skfilter.kernels.observations.gaussian_noise_step`;
@@ -113,7 +117,8 @@ def lofi_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, means, diags,
     ``r^{−1/2}`` of the last completed step (the Gaussian noise state's ``'scale'``).
 
     Returns ``(rows_done, status, cur)``: ``status`` :data:`DONE`, or :data:`REDO_STEP` when the step
-    starting at ``rows_done`` must be done by the torch engine from the belief in slot ``cur``.
+    starting at ``rows_done`` must be done by the torch engine from the belief in slot ``cur`` (−1:
+    the source belief).
     """
     n, D = X.shape
     dt = means.dtype
@@ -124,6 +129,7 @@ def lofi_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, means, diags,
     k_full = L + m_full
     dynamic = g != 1.0 or q != 0.0
     acts, pre, delta, scratch = mlp_buffers(shapes, D, means[0])
+    x_row = np.empty(D, dtype=dt)
     tilde = np.empty((k_full, P), dtype=dt)  # W̃ᵀ = [W⁻ᵀ; Hw]
     scaled = np.empty((k_full, P), dtype=dt)  # (Υ⁻⁻¹ W̃)ᵀ
     system = np.empty((k_full, k_full), dtype=dt)
@@ -144,8 +150,12 @@ def lofi_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, means, diags,
         nb = min(batch, n - row)
         m = nb * C
         k = L + m
-        nxt = 1 - cur
-        mean_src, diag_src, W_src = means[cur], diags[cur], factors[cur]
+        if cur < 0:
+            nxt = 0
+            mean_src, diag_src, W_src = mean0, diag0, W0
+        else:
+            nxt = 1 - cur
+            mean_src, diag_src, W_src = means[cur], diags[cur], factors[cur]
         mean_dst, diag_dst, W_dst = means[nxt], diags[nxt], factors[nxt]
         # 1. dynamics: the predicted belief goes to slot nxt (mean, Υ⁻) and tilde[:L] (W⁻ᵀ)
         if dynamic:
@@ -160,7 +170,8 @@ def lofi_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, means, diags,
                     tilde[a, j] = W_src[a, j]
         # 2. linearise every row of the step at μ⁻
         for i in range(nb):
-            mlp_forward_jacobian(mean_dst, X[row + i], shapes, offsets, codes, acts, pre, delta, scratch, F[i],
+            map_row(X[row + i], in_scale, in_shift, in_bound, x_row)
+            mlp_forward_jacobian(mean_dst, x_row, shapes, offsets, codes, acts, pre, delta, scratch, F[i],
                                  tilde[L + i * C:L + (i + 1) * C])
         if max_abs > 0.0 and not outputs_within(F[:nb], max_abs):
             return row, REDO_STEP, cur
@@ -263,7 +274,8 @@ def lofi_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, means, diags,
 
 
 @njit(cache=True, nogil=True)
-def lofi_hypotheses(X, Y, w, has_weights, batch, shapes, offsets, codes, means, diags, factors, likelihood,
+def lofi_hypotheses(X, Y, w, has_weights, batch, shapes, offsets, codes, in_scale, in_shift, in_bound, means, diags,
+                    factors, likelihood,
                     noises, noise_params, adaptive, max_abs, g, q, etas, m0s, rec_f, rec_quad, rec_noise, limit,
                     tiny, scales):
     """One step on the rows ``X`` for each of ``K`` beliefs (a hypotheses axis, e.g. BOCD's run
@@ -278,15 +290,15 @@ def lofi_hypotheses(X, Y, w, has_weights, batch, shapes, offsets, codes, means, 
     slot_diags = np.empty((2, P), dtype=means.dtype)
     slot_factors = np.empty((2, L, P), dtype=means.dtype)
     for k in range(K):
-        slot_means[0] = means[k]
-        slot_diags[0] = diags[k]
-        slot_factors[0] = factors[k]
-        done, status, cur = lofi_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, slot_means, slot_diags,
-                                      slot_factors, 0, likelihood, noises[k], noise_params, adaptive, max_abs, 0, 1.0, g, q,
+        done, status, cur = lofi_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, in_scale, in_shift,
+                                      in_bound, means[k], diags[k], factors[k], slot_means, slot_diags,
+                                      slot_factors, -1, likelihood, noises[k], noise_params, adaptive, max_abs, 0, 1.0, g, q,
                                       etas[k], m0s[k], True, rec_f[k], rec_quad[k], rec_noise[k], limit, tiny,
                                       scales[k])
         if status != DONE:
             return k, status
+        if cur < 0:  # no rows
+            continue
         means[k] = slot_means[cur]
         diags[k] = slot_diags[cur]
         factors[k] = slot_factors[cur]

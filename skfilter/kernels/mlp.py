@@ -124,6 +124,27 @@ def mlp_forward_jacobian(theta, x, shapes, offsets, codes, acts, pre, delta, scr
 
 
 @njit(cache=True, nogil=True)
+def map_row(x, in_scale, in_shift, in_bound, out):
+    """``out ← clip(x ⊙ s + t, −b, b)``: a raw row ``x (D,)`` as a ``StandardizedMLP``'s first Linear
+    sees it (:meth:`skfilter.models.MLPAdapter._inputs`: ``s = 1/scale``, ``t = −offset/scale``, the
+    clip bound ``b``; ``inf`` for none), the same roundings as NumPy's ``x * s``, ``+ t``,
+    ``maximum``/``minimum`` in the promoted dtype, then cast to ``out``'s; a plain copy when
+    ``in_scale`` is empty (a model without an input map)."""
+    if in_scale.shape[0] == 0:
+        for j in range(x.shape[0]):
+            out[j] = x[j]
+        return
+    for j in range(x.shape[0]):
+        v = x[j] * in_scale[j]
+        v = v + in_shift[j]
+        if v < -in_bound:
+            v = -in_bound
+        if v > in_bound:
+            v = in_bound
+        out[j] = v
+
+
+@njit(cache=True, nogil=True)
 def mlp_buffers(shapes, n_inputs, dtype_like):
     """The work buffers of :func:`mlp_forward_jacobian` for an MLP of layer ``shapes`` on rows of
     ``n_inputs`` features: ``(acts, pre, delta, scratch)`` in the dtype of ``dtype_like``."""

@@ -19,7 +19,7 @@ import numpy as np
 from numba import njit
 
 from .linalg import FAST, cholesky_into, gram_into, solve_lower
-from .mlp import mlp_buffers, mlp_forward, mlp_forward_jacobian
+from .mlp import map_row, mlp_buffers, mlp_forward, mlp_forward_jacobian
 
 #: structure codes of :func:`predict_rows`
 LOFI, DIAGONAL, FULL = 0, 1, 2
@@ -34,9 +34,10 @@ def _weighted_square(row, weights):
 
 
 @njit(cache=True, nogil=True)
-def predict_rows(X, shapes, offsets, codes, mean, kind, first, second, f_out, var_out, limit):
-    """Write ``f (n, C)`` and ``diag(J Σ Jᵀ) (n, C)`` of the rows ``X (n, D)`` (as the first layer sees
-    them) at the belief ``mean`` with ``kind`` :data:`LOFI` (``first`` = ``Υ (P,)``, ``second`` =
+def predict_rows(X, shapes, offsets, codes, in_scale, in_shift, in_bound, mean, kind, first, second, f_out, var_out,
+                 limit):
+    """Write ``f (n, C)`` and ``diag(J Σ Jᵀ) (n, C)`` of the raw rows ``X (n, D)`` (each mapped as the
+    first layer sees it, :func:`~skfilter.kernels.mlp.map_row`) at the belief ``mean`` with ``kind`` :data:`LOFI` (``first`` = ``Υ (P,)``, ``second`` =
     ``Wᵀ (L, P)``), :data:`DIAGONAL` (``first`` = ``v (P,)``) or :data:`FULL` (``second`` = ``Σ``).
     Returns False (nothing usable) when LoFi's ``M`` is stiff or not positive definite."""
     n, D = X.shape
@@ -44,6 +45,7 @@ def predict_rows(X, shapes, offsets, codes, mean, kind, first, second, f_out, va
     C = f_out.shape[1]
     P = mean.shape[0]
     acts, pre, delta, scratch = mlp_buffers(shapes, D, mean)
+    x_row = np.empty(D, dtype=dt)
     J = np.empty((C, P), dtype=dt)
     weights = np.empty(P, dtype=dt)
     L = second.shape[0] if kind == LOFI else 0
@@ -69,7 +71,8 @@ def predict_rows(X, shapes, offsets, codes, mean, kind, first, second, f_out, va
         for j in range(P):
             weights[j] = first[j]
     for i in range(n):
-        mlp_forward_jacobian(mean, X[i], shapes, offsets, codes, acts, pre, delta, scratch, f_out[i], J)
+        map_row(X[i], in_scale, in_shift, in_bound, x_row)
+        mlp_forward_jacobian(mean, x_row, shapes, offsets, codes, acts, pre, delta, scratch, f_out[i], J)
         if kind == FULL:
             U = np.dot(second, J.T)  # Σ Jᵀ, (P, C)
             for c in range(C):
@@ -92,11 +95,13 @@ def predict_rows(X, shapes, offsets, codes, mean, kind, first, second, f_out, va
 
 
 @njit(cache=True, nogil=True)
-def forward_rows(X, shapes, offsets, codes, mean, f_out):
-    """The outputs ``f (n, C)`` of the rows ``X`` at ``mean``: the forward pass of
+def forward_rows(X, shapes, offsets, codes, in_scale, in_shift, in_bound, mean, f_out):
+    """The outputs ``f (n, C)`` of the raw rows ``X`` at ``mean``: the forward pass of
     :func:`predict_rows` alone (the same arithmetic, so a plug-in prediction equals the mean of the
     linearised one bit for bit)."""
     n, D = X.shape
     acts, pre, _, _ = mlp_buffers(shapes, D, mean)
+    x_row = np.empty(D, dtype=mean.dtype)
     for i in range(n):
-        mlp_forward(mean, X[i], shapes, offsets, codes, acts, pre, f_out[i])
+        map_row(X[i], in_scale, in_shift, in_bound, x_row)
+        mlp_forward(mean, x_row, shapes, offsets, codes, acts, pre, f_out[i])
