@@ -153,13 +153,15 @@ class FilterMetaEstimator(MetaEstimatorMixin, BaseEstimator):
         while stack:
             est = stack.pop()
             state = vars(est)
-            names = tuple(state)
-            values = tuple(state.values())
             known = segments.get(id(est))
-            if known is not None and known[0] is est and known[1] == names and _same_objects(known[2], values):
+            # the same keys and value objects as last time, compared without building the tuples
+            if known is not None and known[0] is est and len(known[1]) == len(state) \
+                    and all(map(operator.is_, state, known[1])) and all(map(operator.is_, state.values(), known[2])):
                 parts.extend(known[3])
                 stack.extend(known[4])
                 continue
+            names = tuple(state)
+            values = tuple(state.values())
             segment, nested = [_NAMES.setdefault(names, names)], []  # interned: the shortcut compares identity
             for k, v in state.items():
                 if isinstance(v, BaseEstimator):

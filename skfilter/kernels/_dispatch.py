@@ -520,7 +520,11 @@ class KernelPlan(abc.ABC):
 
     def forward(self, m, X):
         """The model's outputs at the mean ``m`` (an array) for the rows ``X`` (:func:`forward_array`)."""
-        return forward_array(self.program, self.input_map, m, X)
+        shapes, offsets, codes = self.program
+        Xn = _kernel_rows(X, m.dtype)
+        f = np.empty((Xn.shape[0], int(shapes[-1, 0])), dtype=m.dtype)
+        forward_rows(Xn, shapes, offsets, codes, *self.map_args(m.dtype), m, f)
+        return f
 
     def run_row(self, parts, state, X, Y, output_bound=None):
         """:meth:`run` for one row, unweighted, unrecorded, without progress (an estimator's lean
