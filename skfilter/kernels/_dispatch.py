@@ -255,6 +255,16 @@ def _unused_records(C, np_dtype):
     return (np.empty((1, C), dtype=np_dtype), np.empty((1, C, C), dtype=np_dtype), np.empty((1, C), dtype=np_dtype))
 
 
+def _mark_row_failure(exc, state):
+    """Annotate an exception raised inside a one-row kernel call as :meth:`KernelPlan.run` does:
+    ``last_good_state`` the state before the row, no row done (``rows_done``; a ``FilterStepError``'s
+    ``step`` 0)."""
+    exc.last_good_state = state
+    exc.rows_done = 0
+    if isinstance(exc, FilterStepError):
+        exc.step = 0
+
+
 def _source_array(x, np_dtype):
     """``x`` as a kernel reads a belief: a writeable C-contiguous array of ``np_dtype`` (itself when
     it is one; numba compiles a read-only or strided array as another type)."""
@@ -556,10 +566,7 @@ class KernelPlan(abc.ABC):
         try:
             done, status, slot = self.call(Xn, Y, ones, False, 1, common)
         except BaseException as exc:
-            exc.last_good_state = state
-            exc.rows_done = 0
-            if isinstance(exc, FilterStepError):
-                exc.step = 0
+            _mark_row_failure(exc, state)
             raise
         if status != DONE or not done:
             return None
@@ -683,10 +690,7 @@ class LoFiPlan(KernelPlan):
                                         self.weight_kind, self.weight_c, 1.0, 0.0, eta, m0, False, rf, rq, rn, limit,
                                         tiny, scale)
         except BaseException as exc:
-            exc.last_good_state = state
-            exc.rows_done = 0
-            if isinstance(exc, FilterStepError):
-                exc.step = 0
+            _mark_row_failure(exc, state)
             raise
         if status != DONE or not done:
             self._last = last
