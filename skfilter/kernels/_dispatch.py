@@ -764,6 +764,7 @@ class DiagonalPlan(KernelPlan):
     def settle(self, slot):
         if slot != 0:
             self.means[0], self.variances[0] = self.means[1], self.variances[1]
+        return 0
 
     def belief(self, slot, template, n_steps, final=False):
         return type(template)(self._tensor(self.means[slot], final), self._tensor(self.variances[slot], final))
