@@ -132,7 +132,7 @@ def entity_column_roles(X):
     >>> import numpy as np
     >>> entity_column_roles(np.array([[0, 3], [1, 3], [0, 2]]))  # user and item ids in an int array
     ((0, 1), ())
-    >>> ids_and_price = np.array([[0, 3, 9.5], [1, 3, 2.0], [2, 2, 4.0]] * 2)  # stacked: all float
+    >>> ids_and_price = np.array([[0, 3, 9.5], [1, 1, 2.0], [2, 2, 4.0]])  # stacked: all float
     >>> entity_column_roles(ids_and_price)
     ((), (0, 1))
     """
