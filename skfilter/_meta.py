@@ -6,6 +6,13 @@ fits a clone of it, and changes how the clone learns through the engine's intern
 (wrappers that run their own loop over rows, such as the run-length filters). Wrappers compose:
 :meth:`FilterMetaEstimator._filter_for` returns the innermost filter, prepared for the call, so that
 ``BOCDRegressor(WoLFRegressor(LoFiRegressor()))`` runs run-length mixtures of robust LoFi filters.
+
+**Seeds.** A wrapper's ``random_state`` reaches the clone it fits (:func:`seed_clone`), the mechanism
+of scikit-learn's meta-estimators (``BaggingRegressor``, …): ``None`` leaves every seed inside the
+base as the base has it; a value is set on the clone as its own ``random_state`` and as every
+``<…>__random_state`` inside it (a wrapped wrapper's, its base's), overriding theirs. So
+``WoLFRegressor(random_state=0)`` fits as ``WoLFRegressor(LoFiRegressor(random_state=0))``, and
+scikit-learn's ``set_random_state``, ``clone`` and ``GridSearchCV`` reach the seed of a default base.
 """
 
 from __future__ import annotations
@@ -53,6 +60,30 @@ def _same_objects(a, b) -> bool:
     return len(a) == len(b) and all(map(operator.is_, a, b))
 
 
+#: the numpydoc entry of a wrapper's ``random_state`` (``BASE``: how the docstring names its base)
+RANDOM_STATE_DOC = """random_state : int, RandomState instance or None, default=None
+        The seed of the clone of BASE that a stream starts with (``fit``, or the first
+        ``partial_fit``): its network initialisation and every other draw it makes. ``None``: the
+        base's own ``random_state`` (a default base has ``None``: a new initialisation at every
+        ``fit``). Otherwise the value is set on the clone as its ``random_state`` and as every
+        ``<…>__random_state`` inside it (a wrapped wrapper's and its base's, a pipeline's steps'),
+        **overriding** the base's own: ``random_state=0`` fits as the base given ``random_state=0``
+        would. The estimator passed as the base is never modified. An int gives the same fit
+        every time; a ``RandomState`` instance is handed to the clone, which draws from it."""
+
+
+def seed_clone(est, random_state):
+    """Set ``random_state`` on the (cloned) estimator ``est`` as its ``random_state`` and every
+    ``<…>__random_state`` of ``est.get_params(deep=True)`` (module docstring); ``None`` leaves
+    ``est`` as it is. Returns ``est``."""
+    if random_state is None or not hasattr(est, "get_params"):
+        return est
+    keys = [k for k in est.get_params(deep=True) if k == "random_state" or k.endswith("__random_state")]
+    if keys:
+        est.set_params(**dict.fromkeys(keys, random_state))
+    return est
+
+
 def is_filter(est) -> bool:
     """Whether ``est`` is a skfilter filter estimator (it has the engine's internal interface)."""
     return hasattr(est, "_engine_parts") and hasattr(est, "_set_weighting") and hasattr(est, "_begin")
@@ -74,16 +105,18 @@ class FilterMetaEstimator(MetaEstimatorMixin, BaseEstimator):
         return self._default_estimator() if self.estimator is None else self.estimator
 
     def _new_base(self):
-        """A clone of the base estimator, checked to be a skfilter filter (or wrapper) of this kind."""
+        """A clone of the base estimator, checked to be a skfilter filter (or wrapper) of this kind,
+        seeded by this wrapper's ``random_state`` (:func:`seed_clone`)."""
         base = clone(self._base_template())
         ok = is_filter(base) or isinstance(base, FilterMetaEstimator)
         if not ok or get_tags(base).estimator_type != self._kind:
             raise TypeError(f"estimator must be a skfilter filter {self._kind} (e.g. EKF or LoFi, or a wrapper "
                             f"of one); got {type(self.estimator).__name__}.")
-        return base
+        return seed_clone(base, self.random_state)
 
-    #: own parameters that fix a fitted stream besides ``estimator`` (subclasses)
-    _structural_params: tuple = ()
+    #: own parameters that fix a fitted stream besides ``estimator`` (subclasses add theirs):
+    #: ``random_state`` seeded the clone, as ``estimator__random_state`` would have
+    _structural_params: tuple = ("random_state",)
 
     def _structure_snapshot(self) -> dict:
         """The values that fix the fitted stream: ``estimator`` (the object), every parameter of

@@ -44,7 +44,8 @@ from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ._meta import FilterMetaEstimator, PredictingClassifierMixin, PredictingRegressorMixin, is_filter
+from ._meta import (RANDOM_STATE_DOC, FilterMetaEstimator, PredictingClassifierMixin, PredictingRegressorMixin,
+                    is_filter)
 from ._utils import check_fitted, memo_for, pass_progress, progress_bar, to_numpy
 from ._validation import ValidatedParamsMixin, check_parameter_constraints, raise_invalid_parameter
 from .exceptions import FilterStepError
@@ -59,7 +60,7 @@ class _BOCDMeta(ValidatedParamsMixin, FilterMetaEstimator):
     _fitted_attribute = "runlength_state_"
 
     def __init__(self, estimator=None, *, hazard=0.01, n_hypotheses=10, reset="prior", threshold=0.5,
-                 evidence="weighted", warm_start=False, verbose=0):
+                 evidence="weighted", warm_start=False, verbose=0, random_state=None):
         self.estimator = estimator
         self.hazard = hazard
         self.n_hypotheses = n_hypotheses
@@ -68,6 +69,7 @@ class _BOCDMeta(ValidatedParamsMixin, FilterMetaEstimator):
         self.evidence = evidence
         self.warm_start = warm_start
         self.verbose = verbose
+        self.random_state = random_state
 
     def fit(self, X, y, sample_weight=None):
         """Learn the stream ``(X, y)`` from the prior, in row order, as a run-length mixture (with
@@ -101,6 +103,7 @@ class _BOCDMeta(ValidatedParamsMixin, FilterMetaEstimator):
         "evidence": [StrOptions({"weighted", "plain"})],
         "warm_start": ["boolean"],
         "verbose": ["verbose"],
+        "random_state": ["random_state"],
     }
     #: the base estimator's own parameters are checked by its ``fit``; here only its methods
     _type_checked_params = ("estimator",)
@@ -311,7 +314,9 @@ _COMMON_DOC = """estimator : skfilter ESTIMATOR_KIND, default=None
         When True, ``fit`` on a fitted estimator continues the fitted mixture (as ``partial_fit``;
         ``n_iter_`` and ``loss_curve_`` go on counting); when False, every ``fit`` starts from the prior.
     verbose : int, default=0
-        Show a progress bar (rows per second) while fitting when > 0."""
+        Show a progress bar (rows per second) while fitting when > 0.
+    """ + RANDOM_STATE_DOC.replace("BASE", "``estimator``") + """
+        Every hypothesis of the mixture starts from that clone's prior: one seed, one initialisation."""
 
 _ATTRIBUTES_DOC = """estimator_ : estimator
         The fitted clone of ``estimator``; its filter holds the mixture (its ``module_`` has the

@@ -15,6 +15,7 @@ from sklearn.utils import get_tags
 from sklearn.utils._param_validation import HasMethods
 from sklearn.utils.validation import check_array, has_fit_parameter
 
+from ._meta import RANDOM_STATE_DOC, seed_clone
 from ._utils import check_fitted, given_kwargs
 from ._validation import ValidatedParamsMixin, unchanged_on_error
 
@@ -54,6 +55,7 @@ class TargetScaledRegressor(ValidatedParamsMixin, MetaEstimatorMixin, RegressorM
         ``StandardScaler()``. Its ``a`` and ``s`` are read from ``inverse_transform`` of 0 and 1,
         and its affinity is checked at a third point. Cloned and fitted by the first call of a
         stream (a :class:`~sklearn.frozen.FrozenEstimator` is neither).
+    RANDOM_STATE
 
     Attributes
     ----------
@@ -89,12 +91,14 @@ class TargetScaledRegressor(ValidatedParamsMixin, MetaEstimatorMixin, RegressorM
     _parameter_constraints: dict = {
         "regressor": [None, HasMethods(["fit", "predict"])],
         "transformer": [None, HasMethods(["fit", "transform", "inverse_transform"])],
+        "random_state": ["random_state"],
     }
     _type_checked_params = ("regressor", "transformer")
 
-    def __init__(self, regressor=None, *, transformer=None):
+    def __init__(self, regressor=None, *, transformer=None, random_state=None):
         self.regressor = regressor
         self.transformer = transformer
+        self.random_state = random_state
 
     def _regressor_template(self):
         if self.regressor is not None:
@@ -150,7 +154,7 @@ class TargetScaledRegressor(ValidatedParamsMixin, MetaEstimatorMixin, RegressorM
                                      "was started; call fit to start a new stream with it.")
             else:
                 self.transformer_, self.offset_, self.scale_ = self._fit_transformer(Y, sample_weight)
-                self.regressor_ = clone(self._regressor_template())
+                self.regressor_ = seed_clone(clone(self._regressor_template()), self.random_state)
                 self.n_outputs_ = Y.shape[1]
                 self._y_ndim = y.ndim
                 self._fitted_regressor = self.regressor
@@ -263,3 +267,7 @@ class TargetScaledRegressor(ValidatedParamsMixin, MetaEstimatorMixin, RegressorM
         tags.target_tags.multi_output = base.target_tags.multi_output
         tags.non_deterministic = base.non_deterministic
         return tags
+
+
+TargetScaledRegressor.__doc__ = TargetScaledRegressor.__doc__.replace(
+    "RANDOM_STATE", RANDOM_STATE_DOC.replace("BASE", "``regressor``"))

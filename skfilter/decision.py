@@ -159,7 +159,9 @@ class ContextualBandit(BaseEstimator):
     include_noise : bool, default=False
         Whether the ``'predictive'`` draws of a regressor include the observation noise ``R``.
     random_state : int, RandomState instance or None, default=None
-        Seeds the arm choices and the samples (and the network, when the estimator has no seed).
+        Seeds the arm choices and the samples, and the clone of an estimator that has no seed
+        (``random_state=None`` in it and in every estimator inside it, as the default): its network
+        and every other draw it makes. An estimator's own seed is kept.
 
     Attributes
     ----------
@@ -259,13 +261,18 @@ class ContextualBandit(BaseEstimator):
     def _new_model(self):
         """A clone of the estimator; with per-arm heads its network wrapped in :class:`PerArmHeads`."""
         model = clone(self._base_estimator())
+        params = model.get_params(deep=True)
+        seeds = [k for k in params if k == "random_state" or k.endswith("__random_state")]
+        drawn = None
+        if seeds and all(params[k] is None for k in seeds):  # no seed anywhere: the agent's (class docstring)
+            drawn = int(self._rng.randint(0, 2**31 - 1))
+            model.set_params(**dict.fromkeys(seeds, drawn))
         if self.encoding == "heads":
             prefix = _innermost_prefix(model)
-            params = model.get_params(deep=True)
             module = params[prefix + "module"]
             seed = params.get(prefix + "random_state")
             if not isinstance(seed, Integral):
-                seed = int(self._rng.randint(0, 2**31 - 1))
+                seed = drawn if drawn is not None else int(self._rng.randint(0, 2**31 - 1))
             if module is None:
                 body = make_mlp(self.n_features_in_, params.get(prefix + "hidden_layer_sizes", (50,)), self.n_arms,
                                 params.get(prefix + "activation", "relu"), seed=seed)

@@ -19,3 +19,14 @@ class FilterStepError(FloatingPointError):
         super().__init__(message)
         self.step = step
         self.rows_done = step
+
+
+class EntityColumnsWarning(UserWarning):
+    """``entity_columns='auto'`` met a column it may read otherwise than meant.
+
+    A factorization estimator (:class:`~skfilter.FactorizationRegressor`,
+    :class:`~skfilter.FactorizationClassifier`) reads integer, string and categorical columns as
+    entity ids and float columns as numeric context; it warns about a float column of non-negative
+    whole numbers, which looks like ids (:mod:`skfilter.factorization.columns`). Naming the columns
+    with ``entity_columns`` (or ``None``: no ids) silences it.
+    """

@@ -29,7 +29,8 @@ import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 
-from ._meta import FilterMetaEstimator, PredictingClassifierMixin, PredictingRegressorMixin, is_filter
+from ._meta import (RANDOM_STATE_DOC, FilterMetaEstimator, PredictingClassifierMixin, PredictingRegressorMixin,
+                    is_filter)
 from ._utils import check_fitted, is_frozen, memo_for
 from ._validation import ValidatedParamsMixin, check_parameter_constraints
 from .exceptions import FilterStepError
@@ -66,6 +67,7 @@ class _WoLFMeta(ValidatedParamsMixin, FilterMetaEstimator):
         "threshold": [StrOptions({"auto"}), Interval(Real, 0, None, closed="neither")],
         "warm_start": ["boolean"],
         "verbose": ["verbose"],
+        "random_state": ["random_state"],
     }
     #: the base estimator's own parameters are checked by its ``fit``; here only its methods
     _type_checked_params = ("estimator",)
@@ -123,8 +125,10 @@ class _WoLFMeta(ValidatedParamsMixin, FilterMetaEstimator):
         if limit is None:
             return y, sample_weight
         try:
-            Y = np.asarray(y, dtype=np.float64)
-            Y = Y.reshape(Y.shape[0], -1)
+            Y = np.asarray(y)
+            if Y.dtype.kind == "c":  # complex targets: the base's validation raises (no ComplexWarning first)
+                return y, sample_weight
+            Y = Y.astype(np.float64).reshape(Y.shape[0], -1)
             w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64).reshape(-1)
             if not first:
                 kept = base._stream_start.rows()
@@ -341,16 +345,17 @@ class WoLFRegressor(RegressorMixin, PredictingRegressorMixin, _WoLFMeta):
     """
 
     _kind = "regressor"
-    _structural_params = ("robust_noise",)  # it set the clone's obs_variance
+    _structural_params = (*_WoLFMeta._structural_params, "robust_noise")  # it set the clone's obs_variance
 
     def __init__(self, estimator=None, *, weighting="imq", threshold="auto", robust_noise=False, warm_start=False,
-                 verbose=0):
+                 verbose=0, random_state=None):
         self.estimator = estimator
         self.weighting = weighting
         self.threshold = threshold
         self.robust_noise = robust_noise
         self.warm_start = warm_start
         self.verbose = verbose
+        self.random_state = random_state
 
     _parameter_constraints = {**_WoLFMeta._parameter_constraints, "robust_noise": ["boolean"]}
 
@@ -438,12 +443,14 @@ class WoLFClassifier(ClassifierMixin, PredictingClassifierMixin, _WoLFMeta):
 
     _kind = "classifier"
 
-    def __init__(self, estimator=None, *, weighting="predictive-md", threshold="auto", warm_start=False, verbose=0):
+    def __init__(self, estimator=None, *, weighting="predictive-md", threshold="auto", warm_start=False, verbose=0,
+                 random_state=None):
         self.estimator = estimator
         self.weighting = weighting
         self.threshold = threshold
         self.warm_start = warm_start
         self.verbose = verbose
+        self.random_state = random_state
 
     def _default_estimator(self):
         from .lofi import LoFiClassifier
@@ -475,7 +482,8 @@ _CONVENTIONS_DOC = """warm_start : bool, default=False
         ``n_epochs`` passes; ``n_iter_`` and ``loss_curve_`` go on counting); when False, every
         ``fit`` starts a new clone from the prior.
     verbose : int, default=0
-        Show a progress bar (rows per second) while fitting when > 0."""
+        Show a progress bar (rows per second) while fitting when > 0.
+    """ + RANDOM_STATE_DOC.replace("BASE", "``estimator``")
 
 for _cls in (WoLFRegressor, WoLFClassifier):
     _cls.__doc__ = _cls.__doc__.replace("{conventions_doc}", _CONVENTIONS_DOC)

@@ -31,10 +31,9 @@ EXPECTED_FAILED_CHECKS: dict = {}
 def _estimators():
     small = dict(hidden_layer_sizes=(10,), random_state=0)
     return [
-        # the defaults: the checks' partial_fit data (make_blobs, |x| ~ 10) made plain SGD at
-        # lr=0.01 diverge, so the default optimiser is Adam
-        ReplaySGDRegressor(),
-        ReplaySGDClassifier(),
+        # the defaults (ReplaySGDRegressor(), ReplaySGDClassifier()) are checked with every public
+        # estimator's in tests/test_sklearn_compat.py: the checks' partial_fit data (make_blobs,
+        # |x| ~ 10) made plain SGD at lr=0.01 diverge, so the default optimiser is Adam
         ReplaySGDRegressor(optimizer="adam", lr=0.01, n_epochs=3, shuffle=True, **small),
         ReplaySGDRegressor(buffer_size=1, optimizer="adam", lr=0.01, **small),
         ReplaySGDClassifier(optimizer="adam", lr=0.01, n_epochs=3, shuffle=True, **small),

@@ -69,6 +69,30 @@ def test_bandit_arm_features_encoding_learns():
     assert np.mean(regret[-200:]) < 0.3 * random_regret
 
 
+@pytest.mark.parametrize("encoding", ["features", "heads"])
+def test_agent_seed_seeds_an_unseeded_model_and_keeps_a_seeded_one(encoding):
+    """The agent's random_state seeds a model without a seed (its network too, with arm features),
+    so two runs of the same agent agree; a model's own seed is kept (issue 30)."""
+    rng = np.random.default_rng(0)
+    contexts, noise = rng.normal(size=(30, 1, 2)), 0.1 * rng.normal(size=30)
+
+    def run(model):
+        agent = ContextualBandit(model, n_arms=3, encoding=encoding, random_state=0)
+        for c, e in zip(contexts, noise):
+            arm = agent.select(c)
+            agent.update(c, arm, [float(c[0, 0]) * (arm[0] - 1) + e])
+        return agent
+
+    unseeded = EKFRegressor(hidden_layer_sizes=(4,))
+    first, second = run(unseeded), run(unseeded)
+    np.testing.assert_array_equal(first.history_["arm"], second.history_["arm"])
+    arm_columns = np.eye(3)[np.zeros(5, dtype=int)] if encoding == "features" else np.zeros((5, 1))
+    rows = np.c_[contexts[:5, 0, :], arm_columns]  # the model's inputs for arm 0
+    np.testing.assert_array_equal(first.estimator_.predict(rows), second.estimator_.predict(rows))
+    assert unseeded.random_state is None and isinstance(first.estimator_.random_state, int)
+    assert run(EKFRegressor(hidden_layer_sizes=(4,), random_state=7)).estimator_.random_state == 7
+
+
 def test_random_agent_regret_reference():
     """The reference regret of a uniform agent used above."""
     Z = np.array([[1.0, 1.0], [-1.0, 1.0], [0.0, -1.5]])

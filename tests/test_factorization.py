@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from skfilter import FactorizationClassifier, FactorizationRegressor
-from skfilter.exceptions import FilterStepError
+from skfilter.exceptions import EntityColumnsWarning, FilterStepError
 from skfilter.factorization import FactorizationFilter
 from skfilter.factorization.dekf import drift_factors, lazy_predict
 from skfilter.factorization.entities import EntityPrior
@@ -352,9 +352,94 @@ def test_ids_of_any_kind_and_unseen_ids_use_the_prior():
     seen_m, seen_s = reg.predict(seen, return_std=True)
     assert s[0] > 1.2 * seen_s[0]  # a new user is uncertain
     assert reg.n_entities()["column 0"] == len(set(users))  # predicting created nothing
-    # 'auto' takes the non-numeric columns of a DataFrame
-    auto = FactorizationRegressor(model="mf", n_factors=2, random_state=0).fit(frame, y)
+    # 'auto' takes the string and categorical columns of a DataFrame (and its integer ones: "hour"
+    # is an id column then, tests below)
+    auto = FactorizationRegressor(model="mf", n_factors=2, random_state=0).fit(frame.drop(columns="hour"), y)
     assert auto.entity_columns_ == (0, 1)
+
+
+# -- entity_columns='auto': which columns are ids (skfilter.factorization.columns) ---------------------
+def test_integer_ids_in_an_array_are_learned_as_ids():
+    """Issue 30: a NumPy array of integer user and item ids is a matrix of ids under 'auto', not two
+    numeric features. On a small rank-2 rating stream (noise 0.2) the default's one-step-ahead RMSE
+    is that of the ids named explicitly, and far below the same ids read as numbers (a float array)."""
+    from skfilter.model_selection import prequential_predict
+
+    users, items, y = _ratings(n=1500)
+    X = np.column_stack([users, items])
+    assert X.dtype.kind == "i"
+
+    def one_step_rmse(est, X):
+        pred = prequential_predict(est, X, y)
+        return float(np.sqrt(np.nanmean((pred[300:] - y[300:]) ** 2)))
+
+    auto = one_step_rmse(FactorizationRegressor(random_state=0), X)
+    named = one_step_rmse(FactorizationRegressor(entity_columns=[0, 1], random_state=0), X)
+    with pytest.warns(EntityColumnsWarning):  # the same ids as floats: numeric context, with a warning
+        as_numbers = one_step_rmse(FactorizationRegressor(random_state=0), X.astype(float))
+    assert auto == named
+    assert auto < 0.6 * as_numbers and as_numbers > 0.9 * np.std(y[300:])
+    assert FactorizationRegressor(random_state=0).fit(X, y).entity_columns_ == (0, 1)
+
+
+def test_auto_reads_integer_string_and_categorical_columns_as_ids_and_floats_as_context():
+    rng = np.random.default_rng(0)
+    n = 60
+    users, items = rng.integers(0, 6, n), rng.integers(0, 4, n)
+    frame = pd.DataFrame({
+        "user_int": users,                                    # int64: ids
+        "price": rng.normal(size=n),                          # float: context
+        "user_str": [f"u{u}" for u in users],                 # object of strings: ids
+        "item_cat": pd.Categorical(items),                    # categorical: ids
+        "promo": rng.random(n) < 0.5,                         # bool: context
+        "item_nullable": pd.array(items, dtype="Int64"),      # nullable integer: ids
+        "shop_string": pd.array([f"s{i % 3}" for i in range(n)], dtype="string"),  # string dtype: ids
+        "item_uint": items.astype(np.uint8),                  # unsigned: ids
+        "obj_ints": pd.Series(list(items), dtype=object),     # object of Python ints: ids
+        "obj_floats": pd.Series(list(rng.normal(size=n)), dtype=object),  # object of floats: context
+    })
+    y = users + items + 0.1 * rng.normal(size=n)
+    reg = FactorizationRegressor(n_factors=2, random_state=0).fit(frame, y)
+    assert reg.entity_columns_ == (0, 2, 3, 5, 6, 7, 8)
+    # one dtype per NumPy array: integers are ids, floats context, object arrays by their values
+    assert FactorizationRegressor(random_state=0).fit(np.column_stack([users, items]), y).entity_columns_ == (0, 1)
+    assert FactorizationRegressor(random_state=0).fit(rng.normal(size=(n, 2)), y).entity_columns_ == ()
+    rows = [[f"u{u}", int(i), float(p)] for u, i, p in zip(users, items, rng.normal(size=n))]
+    assert FactorizationRegressor(random_state=0).fit(rows, y).entity_columns_ == (0, 1)  # a list of lists
+    assert FactorizationRegressor(random_state=0).fit(np.array(rows, dtype=object), y).entity_columns_ == (0, 1)
+    # an integer column of a DataFrame is an id column: model='mf' names what it found
+    three = pd.DataFrame({"user": users, "item": items, "hour": users % 3})
+    with pytest.raises(ValueError, match=r"found 3: columns \[0, 1, 2\].*integer, string and categorical"):
+        FactorizationRegressor(model="mf", random_state=0).fit(three, y)
+    assert FactorizationRegressor(model="mf", entity_columns=["user", "item"], random_state=0).fit(
+        three, y).entity_columns_ == (0, 1)
+
+
+def test_a_float_column_is_never_read_as_ids_and_warns_when_it_looks_like_ids():
+    """The rule never turns a float column into ids unless it is named; a float column of whole
+    numbers with three or more distinct values (ids stacked with a float feature) warns, once per
+    stream; naming the columns (or None) silences it; 0/1 indicators and real-valued floats do not warn."""
+    import warnings
+
+    from skfilter.model_selection import prequential_predict
+
+    users, items, y = _ratings(n=200)
+    stacked = np.column_stack([users, items, np.linspace(0, 1, 200)])  # float: ids stacked with a feature
+    with pytest.warns(EntityColumnsWarning, match="is float but holds only whole numbers") as record:
+        reg = FactorizationRegressor(random_state=0).fit(stacked, y)
+    assert reg.entity_columns_ == () and reg.n_features_in_ == 3
+    assert sorted(str(w.message)[:8] for w in record if w.category is EntityColumnsWarning) == ["Column 0", "Column 1"]
+    with pytest.warns(EntityColumnsWarning) as record:  # the stream's first rows, learned again per call
+        prequential_predict(FactorizationRegressor(random_state=0), stacked, y)
+    assert len([w for w in record if w.category is EntityColumnsWarning]) == 2  # once per column
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", EntityColumnsWarning)
+        assert FactorizationRegressor(entity_columns=[0, 1], random_state=0).fit(stacked, y).entity_columns_ == (0, 1)
+        assert FactorizationRegressor(entity_columns=None, random_state=0).fit(stacked, y).entity_columns_ == ()
+        indicators = np.column_stack([users % 2, np.random.default_rng(0).normal(size=200)]).astype(float)
+        assert FactorizationRegressor(random_state=0).fit(indicators, y).entity_columns_ == ()
+        frame = pd.DataFrame({"user": users, "score": np.round(y, 1)})  # an int and a non-whole float column
+        assert FactorizationRegressor(random_state=0).fit(frame, y).entity_columns_ == (0,)
 
 
 def test_memory_grows_with_the_entities_seen():
@@ -521,9 +606,12 @@ def test_the_user_guide_page_runs():
 
     page = pathlib.Path(__file__).resolve().parents[1] / "doc" / "user_guide" / "factorization.md"
     blocks = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     ns: dict = {}
-    exec(compile("\n".join(blocks), str(page), "exec"), ns)  # noqa: S102 - our own documentation
+    exec(compile(blocks[0], str(page), "exec"), ns)  # noqa: S102 - our own documentation
+    assert ns["reg"].entity_columns_ == (0, 1)  # integer ids in an array: ids
+    exec(compile("\n".join(blocks[1:]), str(page), "exec"), ns)  # noqa: S102
+    assert ns["reg"].entity_columns_ == (0, 1)  # a string and a categorical column; the float hour is context
     rating, mean, std = ns["rating"], ns["mean"], ns["std"]
     assert np.sqrt(np.mean((mean - rating[2500:]) ** 2)) < 0.7 * rating.std()
     assert 0.85 < np.mean(np.abs(mean - rating[2500:]) < 2 * std)

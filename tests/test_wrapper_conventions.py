@@ -1,7 +1,8 @@
 """scikit-learn conventions of the wrappers (issue 19): ``n_iter_``, ``loss_curve_``, ``warm_start`` and
 ``verbose`` of :class:`~skfilter.WoLFRegressor`/:class:`~skfilter.WoLFClassifier` and the BOCD
-estimators, as the base filters have them (tests/test_conventions.py); and the progress bar of
-``verbose=1``, which moves while the compiled kernels run (between their chunks of rows)."""
+estimators, as the base filters have them (tests/test_conventions.py); the progress bar of
+``verbose=1``, which moves while the compiled kernels run (between their chunks of rows); and
+(issue 30) the wrappers' ``random_state``, which seeds the clone of the base they fit."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from sklearn.metrics import log_loss
 import skfilter._estimator
 from skfilter import (BOCDClassifier, BOCDRegressor, EKFClassifier, EKFRegressor, LoFiRegressor, WoLFClassifier,
                       WoLFRegressor)
+from skfilter.compose import TargetScaledRegressor
 from skfilter.model_selection import prequential_predict
 
 rng = np.random.default_rng(0)
@@ -176,3 +178,81 @@ def test_base_filter_verbose_bar_and_silence(est, target, capfd):
     clone(est).set_params(verbose=1, n_epochs=2).fit(X, target)
     err = capfd.readouterr().err
     assert type(est).__name__ in err and "row/s" in err
+
+
+# ---------------------------------------------------------------------------------------------
+# random_state of the wrappers (issue 30): it seeds the clone of the base, overriding the base's own
+# ---------------------------------------------------------------------------------------------
+def _unseeded(kind="regressor", **kw):
+    cls = EKFRegressor if kind == "regressor" else EKFClassifier
+    return cls(hidden_layer_sizes=(6,), **kw)
+
+
+SEEDED = [
+    (lambda base, **kw: WoLFRegressor(base, **kw), "regressor", y),
+    (lambda base, **kw: WoLFClassifier(base, **kw), "classifier", y_class),
+    (lambda base, **kw: BOCDRegressor(base, n_hypotheses=3, **kw), "regressor", y),
+    (lambda base, **kw: BOCDClassifier(base, n_hypotheses=3, **kw), "classifier", y_class),
+    (lambda base, **kw: BOCDRegressor(WoLFRegressor(base), n_hypotheses=2, **kw), "regressor", y),
+    (lambda base, **kw: TargetScaledRegressor(base, **kw), "regressor", y),
+]
+SEEDED_IDS = ["wolf-reg", "wolf-clf", "bocd-reg", "bocd-clf", "bocd-wolf-reg", "target-scaled"]
+
+
+def _fitted_predictions(est, target):
+    est.fit(X, target)
+    return est.predict_proba(X) if hasattr(est, "predict_proba") else np.column_stack(est.predict(X, return_std=True))
+
+
+@pytest.mark.parametrize("make, kind, target", SEEDED, ids=SEEDED_IDS)
+def test_wrapper_seed_makes_fits_repeatable_and_overrides_the_bases_own(make, kind, target):
+    seeded = make(_unseeded(kind), random_state=0)
+    once = _fitted_predictions(seeded, target)
+    np.testing.assert_array_equal(once, _fitted_predictions(seeded, target))  # the same wrapper, twice
+    np.testing.assert_array_equal(once, _fitted_predictions(clone(seeded), target))
+    # random_state=0 fits as the base seeded with 0 would (None: the base's own seed)
+    np.testing.assert_array_equal(once, _fitted_predictions(make(_unseeded(kind, random_state=0)), target))
+    # a wrapper seed overrides the base's own; the base passed is left as it was
+    base = _unseeded(kind, random_state=5)
+    np.testing.assert_array_equal(once, _fitted_predictions(make(base, random_state=0), target))
+    assert base.random_state == 5
+    assert not np.array_equal(once, _fitted_predictions(make(_unseeded(kind), random_state=1), target))
+
+
+def test_wrapper_seed_reaches_the_innermost_filter_and_every_hypothesis():
+    est = BOCDRegressor(WoLFRegressor(_unseeded(random_state=7)), n_hypotheses=3, random_state=3).fit(X, y)
+    assert est.estimator_.random_state == 3 and est._inner.random_state == 3
+    assert est.estimator.random_state is None and est.estimator.estimator.random_state == 7
+    again = clone(est).fit(X, y)  # every hypothesis of the mixture from the one seeded prior
+    np.testing.assert_array_equal(est.runlength_log_posterior_, again.runlength_log_posterior_)
+    np.testing.assert_array_equal(est.run_lengths_, again.run_lengths_)
+
+
+def test_set_random_state_and_grid_search_reach_the_default_bases_seed():
+    from sklearn.model_selection import GridSearchCV
+    from sklearn.utils.estimator_checks import set_random_state
+
+    for cls in (WoLFRegressor, WoLFClassifier, BOCDRegressor, BOCDClassifier, TargetScaledRegressor):
+        est = cls()
+        set_random_state(est, 4)
+        assert est.random_state == 4 and clone(est).random_state == 4
+    grid = GridSearchCV(WoLFRegressor(_unseeded()), {"random_state": [0, 1]}, cv=2).fit(X, y)
+    reference = WoLFRegressor(_unseeded(random_state=grid.best_params_["random_state"])).fit(X, y)
+    np.testing.assert_array_equal(grid.best_estimator_.predict(X), reference.predict(X))
+
+
+def test_a_random_state_instance_is_handed_to_the_clone():
+    rs = np.random.RandomState(0)
+    est = WoLFRegressor(_unseeded(random_state=0), random_state=rs).fit(X, y)
+    assert est.estimator_.random_state is rs
+    np.testing.assert_array_equal(  # drawn from the same stream as the base given the instance
+        est.predict(X), WoLFRegressor(_unseeded(random_state=np.random.RandomState(0))).fit(X, y).predict(X))
+
+
+def test_changing_the_wrapper_seed_mid_stream_raises_as_the_bases_seed_does():
+    est = WoLFRegressor(_unseeded(), random_state=0).partial_fit(X[:40], y[:40])
+    est.set_params(random_state=1)
+    with pytest.raises(ValueError, match="random_state"):
+        est.partial_fit(X[40:], y[40:])
+    est.set_params(random_state=0).partial_fit(X[40:], y[40:])  # set back: the stream goes on
+    assert est.n_samples_seen_ == len(X)

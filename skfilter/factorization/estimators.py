@@ -10,10 +10,14 @@ rows since it was last seen).
 
 **The rows.** ``X`` holds entity ids in the ``entity_columns`` (integers, strings, pandas
 categoricals: any hashable values) and numeric context in the other columns. ``entity_columns='auto'``
-takes the non-numeric columns of a DataFrame (object, string, categorical) and no column of a numeric
-array — so that, as scikit-learn's checks need, a numeric ``X`` gives a model of numeric features
-only. The numeric context is standardised by the first call's rows (frozen, as the network filters
-do). An id never seen gets the prior of its column at prediction time.
+reads each column by its type (:mod:`skfilter.factorization.columns`): integer, string, object-of-
+strings and categorical columns are ids; float and boolean columns are numeric context. So an integer
+array ``[[user, item], …]`` is a matrix of ids, and a float array (what scikit-learn's checks mostly
+feed) a model of numeric features only; a float column is never read as ids unless named, and one
+of non-negative whole numbers, which looks like ids, warns
+(:class:`~skfilter.exceptions.EntityColumnsWarning`). The numeric context is standardised by the first
+call's rows (frozen, as the network filters do). An id never seen gets the prior of its column at
+prediction time.
 
 **Models** (``model``):
 
@@ -42,6 +46,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import warnings
 from operator import itemgetter
 
 import numpy as np
@@ -53,13 +58,14 @@ from sklearn.utils.multiclass import type_of_target
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._utils import pass_progress, progress_bar, resolve_device, resolve_dtype
-from ..exceptions import FilterStepError
+from ..exceptions import EntityColumnsWarning, FilterStepError
 from .. import kernels as _kernels
 from ..kernels.factorization import kernel_plan, predict_events_compiled, run_events_compiled, serves
 from .._validation import PrefixedParamsMixin, ValidatedParamsMixin, check_parameter_constraints
 from ..likelihoods import Bernoulli, Categorical, Gaussian, Poisson, probit_probabilities
 from ..priors import input_standardization, target_scale
 from ..stream_start import DEFAULT_PRIOR_ROWS, StreamStart, copy_rows, generator_for
+from .columns import ambiguity_message, entity_column_roles
 from .dekf import as_numpy_ids
 from .entities import EntityPrior
 from .model import FactorizationFilter, Slot
@@ -80,12 +86,6 @@ _PROGRESS_CHUNK = 1 << 12
 
 #: the online noise estimate of ``obs_variance='auto'`` (as the network regressors')
 _AUTO_NOISE = {"eps_min": 0.02, "residual_bound": 4.0}
-
-
-def _is_numeric_dtype(dtype) -> bool:
-    from pandas.api.types import is_bool_dtype, is_numeric_dtype
-
-    return bool(is_numeric_dtype(dtype) or is_bool_dtype(dtype))
 
 
 _ENV_KEY = "SKFILTER_COMPILED"
@@ -304,8 +304,8 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
             col = frame.iloc[:, j] if frame is not None else arr[:, j]
             if j in ent:
                 values = as_numpy_ids(col)
-                if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in values):
-                    raise ValueError(f"Entity column {j} has missing ids (None or NaN).")
+                if any(v is None or (isinstance(v, float) and not math.isfinite(v)) for v in values):
+                    raise ValueError(f"Entity column {j} has missing or infinite ids (None, NaN or inf).")
                 ids.append(values)
             else:
                 try:
@@ -325,10 +325,16 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
         spec = self.entity_columns
         if spec is None:
             return ()
-        if isinstance(spec, str):  # 'auto'
-            if frame is not None:
-                return tuple(j for j in range(n_cols) if not _is_numeric_dtype(frame.dtypes.iloc[j]))
-            return () if _is_numeric_dtype(arr.dtype) else tuple(range(n_cols))
+        if isinstance(spec, str):  # 'auto': by the columns' types (skfilter.factorization.columns)
+            positions, ambiguous = entity_column_roles(frame if frame is not None else arr)
+            # a stream's first rows are learned again at every call until n_prior_rows have arrived
+            # (skfilter.stream_start): a column is warned about once per stream
+            warned = self.__dict__.get("_warned_columns", ()) if "_restarting" in self.__dict__ else ()
+            for j in ambiguous:
+                if j not in warned:
+                    warnings.warn(ambiguity_message(j), EntityColumnsWarning, stacklevel=6)
+            self._warned_columns = tuple(sorted(set(warned) | set(ambiguous)))
+            return positions
         out = []
         names = list(frame.columns) if frame is not None else None
         for c in spec:
@@ -369,12 +375,16 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
     def _signal_and_slots(self, n_ids, n_ctx, scale, factor_var, bias_var, jitter, context_var=None):
         """The signal and its slots (module docstring), with each slot's entity prior."""
         model, a = self.model, int(self.n_factors)
+        found = f"found {n_ids}: columns {list(self.entity_columns_)}"
+        if isinstance(self.entity_columns, str):
+            found += (" (entity_columns='auto' reads integer, string and categorical columns as ids, float and "
+                      "boolean ones as numeric context)")
         if model in ("mf", "cp") and n_ids < 2:
-            raise ValueError(f"model={model!r} needs at least two entity columns (mf exactly two); found {n_ids}. Set "
+            raise ValueError(f"model={model!r} needs at least two entity columns (mf exactly two); {found}. Set "
                              "entity_columns, or use model='fm' or 'glm'.")
         if model == "mf" and n_ids != 2:
-            raise ValueError(f"model='mf' needs exactly two entity columns (user, item); found {n_ids}: use "
-                             "model='cp' for more.")
+            raise ValueError(f"model='mf' needs exactly two entity columns (user, item); {found}. Name them with "
+                             "entity_columns (the others are then numeric context), or use model='cp' for more.")
         context = n_ctx > 0
 
         def prior(n_linear, n_factor, n_features=1, linear_var=bias_var):
@@ -685,7 +695,7 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
                 if type(v) is not int and type(v) is not str:
                     if isinstance(v, np.generic):
                         v = v.item()
-                    if v is None or (isinstance(v, float) and v != v):
+                    if v is None or (isinstance(v, float) and not math.isfinite(v)):
                         return None
                     hash(v)
                 keys[b] = v
@@ -920,7 +930,14 @@ _MODEL_DOC = """\
         The signal ``λ`` (module docstring).
     entity_columns : 'auto', None or list of int or str, default='auto'
         Columns of ``X`` holding entity ids (positions, or names of a DataFrame's columns); the others
-        are numeric context. ``'auto'``: a DataFrame's non-numeric columns; none of a numeric array.
+        are numeric context. ``None``: none. ``'auto'``: by each column's type, fixed by the first call
+        of a stream (:mod:`skfilter.factorization.columns`) — integer, string and categorical columns
+        (a NumPy array of integer user and item ids, a DataFrame's ``int64`` ``userId``) are ids;
+        float and boolean columns are numeric context, never ids unless named here; a float
+        column of non-negative whole numbers (three or more distinct) warns
+        (:class:`~skfilter.exceptions.EntityColumnsWarning`): ids stacked with a float feature
+        into one float array are floats — name them, ``entity_columns=[0, 1]``. A quantity stored
+        as integers (a time stamp, a count) is read as ids: cast it to float, or name the ids.
     n_factors : int, default=8
         ``a``, the length of each entity's factor vector (per order for ``model='fm'``).
     order : int, default=2
@@ -1015,12 +1032,14 @@ class FactorizationRegressor(RegressorMixin, _FactorizationBase):
     >>> rng = np.random.default_rng(0)
     >>> users, items = rng.integers(0, 20, 500), rng.integers(0, 10, 500)
     >>> taste = rng.normal(size=(20, 2)) @ rng.normal(size=(2, 10))
-    >>> X = np.column_stack([users, items]).astype(object)
+    >>> X = np.column_stack([users, items])  # an integer array: entity_columns='auto' reads both as ids
     >>> y = 3 + taste[users, items] + 0.1 * rng.normal(size=500)
     >>> reg = FactorizationRegressor(model="mf", n_factors=2, random_state=0).fit(X[:400], y[:400])
     >>> mean, std = reg.predict(X[400:], return_std=True)
     >>> bool(np.sqrt(np.mean((mean - y[400:]) ** 2)) < np.std(y))
     True
+    >>> reg.entity_columns_
+    (0, 1)
     """
 
     _parameter_constraints = {**_FactorizationBase._parameter_constraints,
@@ -1207,7 +1226,7 @@ class FactorizationClassifier(ClassifierMixin, _FactorizationBase):
     >>> from skfilter import FactorizationClassifier
     >>> rng = np.random.default_rng(0)
     >>> users, items = rng.integers(0, 30, 2000), rng.integers(0, 8, 2000)
-    >>> X = np.column_stack([users, items]).astype(object)
+    >>> X = np.column_stack([users, items])  # integer user and item ids
     >>> clicks = (rng.random(2000) < 1 / (1 + np.exp(-(items - 3.5)))).astype(int)
     >>> clf = FactorizationClassifier(model="mf", n_factors=2, random_state=0).fit(X, clicks)
     >>> clf.predict_proba([[0, 7], [0, 0]])[:, 1].round(1)
