@@ -861,28 +861,38 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
         size = max(1, _PREDICT_CHUNK_ENTRIES // per_row)
         return [(i, min(i + size, n)) for i in range(0, n, size)]
 
-    def _linearized(self, Xt, belief=None):
+    def _linearized(self, Xt, belief=None, centred=False):
         """Model output ``f (…, n, C)`` at the posterior mean and the diagonal of ``J Σ Jᵀ``,
         ``(…, n, C)`` (LoFi paper App. B.1; the current belief, or ``belief`` — with hypotheses
-        axes, for each hypothesis — with no predict step)."""
+        axes, for each hypothesis — with no predict step). ``centred``: the diagonal of
+        ``Π J Σ Jᵀ Π`` instead, ``Π = I − 11ᵀ/C`` (the outputs less their mean)."""
         belief = self.filter_state_.belief if belief is None else belief
         mean = belief.mean
         if mean.dim() == 1:  # one belief on the CPU: the compiled kernel when it serves the filter
-            out = kernels.linearized_compiled(self._adapter, self._structure, belief, Xt)
+            out = kernels.linearized_compiled(self._adapter, self._structure, belief, Xt, centred=centred)
             if out is not None:
                 return out
+
+        def diagonal(J):
+            return self._structure.quadratic_diagonal(belief, J - J.mean(-2, keepdim=True) if centred else J)
+
         n_hyp = 1 if mean.dim() == 1 else max(1, mean[..., 0].numel())
         with _no_grad_for(self._adapter):
             n = Xt.shape[0]
             if n <= max(1, _PREDICT_CHUNK_ENTRIES // max(1, n_hyp * self._adapter.n_outputs * self.n_params_)):
                 f, J = self._adapter.forward_jacobian(mean, Xt)  # one chunk (as _chunks)
-                return f, self._structure.quadratic_diagonal(belief, J)
+                return f, diagonal(J)
             fs, vs = [], []
             for a, b in self._chunks(n, n_hyp):
                 f, J = self._adapter.forward_jacobian(mean, Xt[a:b])
                 fs.append(f)
-                vs.append(self._structure.quadratic_diagonal(belief, J))
+                vs.append(diagonal(J))
             return torch.cat(fs, dim=-2), torch.cat(vs, dim=-2)
+
+    def _output_variance(self, quad):
+        """The outputs' variances a predictive summary takes from their covariance ``quad
+        (…, n, C, C)``: its diagonal (the classifiers: without the logits' common shift)."""
+        return quad.diagonal(dim1=-2, dim2=-1)
 
     @torch.no_grad()
     def _plugin(self, Xt, belief=None):
@@ -931,7 +941,7 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
             if kind == "mc":
                 thetas = structure.sample(predicted, self.n_mc_samples, gen)
                 return self._summarize(self._adapter.forward_batch(thetas, X), None, noise_state, "mc")
-            return self._summarize(f, quad.diagonal(dim1=-2, dim2=-1), noise_state, kind)
+            return self._summarize(f, self._output_variance(quad), noise_state, kind)
 
         # only the Monte-Carlo predictive samples the predicted belief; the others need f and J Σ⁻ Jᵀ,
         # which the compiled kernels (skfilter.kernels) compute for every row of a call

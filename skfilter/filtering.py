@@ -18,7 +18,8 @@ One step, in this order::
     5. noise update    r_t from the prior-predictive residual, each row counting with its weight
     6. structure update  with the rows whitened by r_t, scaled by √(sample_weight) · w
 
-Stage 3 is computed only when a weighting function or a recorder needs ``S``. Stage 5 (the online
+Stage 3 is computed only when a weighting function, a recorder or the likelihood's whitening
+(:class:`~skfilter.likelihoods.AssumedDensityCategorical`) needs ``J Σ⁻ Jᵀ``. Stage 5 (the online
 observation-variance estimate, LoFi paper App. C.2) sits *after* the weight: an observation the
 weighting function discounts also moves the noise estimate less (its ``ε_t`` is scaled by the weight
 ``sample_weight · w²``), and the weight itself is computed with the noise variance of the previous
@@ -178,7 +179,7 @@ def filter_step(parts: EngineParts, state: FilterState, X, Y, sample_weight=None
                                   f"{likelihood.divergence_advice} The last good belief is kept.")
     # 3. prior predictive
     quad = None
-    if record is not None or _needs_covariance(parts.weighting):
+    if record is not None or _needs_covariance(parts.weighting) or likelihood.needs_predictive:
         quad = structure.quadratic_form(predicted, J)
     # 4. weight
     robust = None
@@ -211,10 +212,11 @@ def filter_step(parts: EngineParts, state: FilterState, X, Y, sample_weight=None
             w = w.numpy()
     else:
         out = _buffer(buffers, "Hw", J.shape, J) if _takes_out(type(likelihood).whiten) else None
+        extra = {"quad": quad} if likelihood.needs_predictive else {}
         if out is not None:
-            Hw, ew = likelihood.whiten(f, J, Y, new_noise, out=out)
+            Hw, ew = likelihood.whiten(f, J, Y, new_noise, out=out, **extra)
         else:
-            Hw, ew = likelihood.whiten(f, J, Y, new_noise)
+            Hw, ew = likelihood.whiten(f, J, Y, new_noise, **extra)
     if w is not None:
         sw = w ** 0.5
         Hw = Hw * sw[..., None, None]

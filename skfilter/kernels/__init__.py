@@ -153,25 +153,26 @@ def step_compiled(parts, state, X, Y, sample_weight, record):
     return step(parts, state, X, Y, sample_weight, record)
 
 
-def linearized_compiled(adapter, structure, belief, X):
+def linearized_compiled(adapter, structure, belief, X, centred=False):
     """The linearised predictive ``(f, diag(J Σ Jᵀ))`` of a single belief at the rows ``X`` on a
     compiled kernel (:mod:`skfilter.kernels.predictive`), or ``None`` when the kernels are off or do
-    not serve this model and structure (the caller's torch path then computes it)."""
+    not serve this model and structure (the caller's torch path then computes it). ``centred``:
+    ``diag(Π J Σ Jᵀ Π)``, ``Π = I − 11ᵀ/C``, instead."""
     if not enabled():
         return None
     from ._dispatch import linearized
 
-    return linearized(adapter, structure, belief, X)
+    return linearized(adapter, structure, belief, X, centred)
 
 
-def linearized_arrays_compiled(adapter, structure, belief, X):
-    """:func:`linearized_compiled`'s ``(f, diag(J Σ Jᵀ))`` as NumPy arrays ``(n, C)`` (``X`` a tensor
-    or an array), or ``None``."""
+def linearized_arrays_compiled(adapter, structure, belief, X, centred=False):
+    """:func:`linearized_compiled`'s ``(f, diag(J Σ Jᵀ))`` (``centred``: ``diag(Π J Σ Jᵀ Π)``) as
+    NumPy arrays ``(n, C)`` (``X`` a tensor or an array), or ``None``."""
     if not enabled():
         return None
     from ._dispatch import linearized_arrays
 
-    return linearized_arrays(adapter, structure, belief, X)
+    return linearized_arrays(adapter, structure, belief, X, centred)
 
 
 def forward_compiled(adapter, mean, X):

@@ -116,17 +116,18 @@ def _serves_adapter(adapter):
             and "forward_jacobian" not in vars(adapter))  # a replaced linearisation is honoured
 
 
-def linearized(adapter, structure, belief, X):
+def linearized(adapter, structure, belief, X, centred=False):
     """``(f, diag(J Σ Jᵀ))`` of a single belief at the rows ``X`` by
     :func:`~skfilter.kernels.predictive.predict_rows`, as tensors ``(n, C)``, or None when the
-    kernel does not serve this model/structure (or LoFi's capacitance is stiff)."""
-    out = linearized_arrays(adapter, structure, belief, X)
+    kernel does not serve this model/structure (or LoFi's capacitance is stiff). ``centred``: the
+    diagonal of ``Π J Σ Jᵀ Π`` (``Π = I − 11ᵀ/C``)."""
+    out = linearized_arrays(adapter, structure, belief, X, centred)
     return None if out is None else (torch.from_numpy(out[0]), torch.from_numpy(out[1]))
 
 
-def linearized_arrays(adapter, structure, belief, X):
-    """:func:`linearized`'s ``(f, diag(J Σ Jᵀ))`` as NumPy arrays (one-row predictions skip the
-    tensors), or None."""
+def linearized_arrays(adapter, structure, belief, X, centred=False):
+    """:func:`linearized`'s ``(f, diag(J Σ Jᵀ))`` (``centred``: ``diag(Π J Σ Jᵀ Π)``) as NumPy arrays
+    (one-row predictions skip the tensors), or None."""
     mean = belief.mean
     if not _serves_adapter(adapter) or mean.dim() != 1 or not mean.is_cpu or mean.dtype not in _DTYPES:
         return None
@@ -145,7 +146,7 @@ def linearized_arrays(adapter, structure, belief, X):
     f = np.empty((Xn.shape[0], int(shapes[-1, 0])), dtype=m.dtype)
     var = np.empty_like(f)
     if not predict_rows(Xn, shapes, offsets, codes, *map_arguments(input_map, m.dtype), m, code, first, second, f, var,
-                        stiffness_limit(m.dtype)):
+                        stiffness_limit(m.dtype), bool(centred)):
         return None
     return f, var
 
