@@ -642,7 +642,7 @@ abla^2_m \log Z,
         nv, U = torch.linalg.eigh(0.5 * (N + N.mT))
         nv = nv.clamp_min(0.0)
         root = nv.sqrt()
-        floor = 1e-12 * root.amax(-1, keepdim=True).clamp_min(tiny)
+        floor = 1e-7 * root.amax(-1, keepdim=True).clamp_min(tiny)  # N·1 = 0: that root is rounding (~√eps)
         inv_root = torch.where(root > floor, 1.0 / root.clamp_min(tiny), torch.zeros_like(root))
         N_half = (U * root.unsqueeze(-2)) @ U.mT
         N_pinv_half = (U * inv_root.unsqueeze(-2)) @ U.mT

@@ -17,7 +17,7 @@ import torch
 
 from ..exceptions import FilterStepError
 from ..filtering import FilterState, filter_step
-from ..likelihoods import Bernoulli, Categorical, Gaussian, robust_variance_consistency
+from ..likelihoods import AssumedDensityCategorical, Bernoulli, Categorical, Gaussian, robust_variance_consistency
 from ..models import MLPAdapter
 from ..posteriors import DiagonalCovariance, FullCovariance, LowRankPrecision, stiffness_limit
 from .diagonal import diagonal_hypotheses, diagonal_rows
@@ -215,7 +215,7 @@ def plan_for(parts, state, record, hypotheses=False):
     adapter, structure = parts.adapter, parts.structure
     if not _serves_adapter(adapter):
         return None
-    if type(parts.likelihood) not in (Gaussian, Bernoulli, Categorical):
+    if type(parts.likelihood) not in (Gaussian, Bernoulli, Categorical, AssumedDensityCategorical):
         return None
     mean = state.belief.mean
     if mean.dim() != (2 if hypotheses else 1) or not mean.is_cpu or mean.dtype not in _DTYPES:

@@ -8,6 +8,9 @@ preallocated buffers. Likelihood codes are those of :data:`LIKELIHOOD_CODES`:
 * Bernoulli: ``p = σ(f)``, ``v = p(1 − p)``, ``Hw = J √v``, ``ẽ = (y − p)/√v``;
 * categorical (the exact logit-space update): ``p = softmax(f)``,
   ``Hw = diag(√p) (J − 1 pᵀJ)``, ``ẽ = (y − p)/√p``;
+* assumed density filtering (:class:`~skfilter.likelihoods.AssumedDensityCategorical`, one logit or
+  ``C``): ``Hw = B J``, ``ẽ`` from the row's prior predictive ``J Σ⁻ Jᵀ``, which the kernels then
+  compute for every step;
 
 each row then scaled by ``√w`` of its sample weight. With a robust weighting (WoLF, Gaussian
 likelihood; :func:`robust_step_weights`) the weight of a row is ``w · W²``, ``W`` computed from its
@@ -26,7 +29,9 @@ from numba import njit
 from .linalg import cholesky_into, solve_lower
 
 #: likelihood class name → code used by the compiled kernels
-LIKELIHOOD_CODES = {"Gaussian": 0, "Bernoulli": 1, "Categorical": 2}
+LIKELIHOOD_CODES = {"Gaussian": 0, "Bernoulli": 1, "Categorical": 2, "AssumedDensityCategorical": 3}
+#: the likelihood code whose whitening needs the rows' prior predictive ``J Σ⁻ Jᵀ``
+PREDICTIVE_LIKELIHOOD = 3
 #: weighting-function class name (:mod:`skfilter.weighting`) → code of :func:`robust_step_weights`
 #: (Gaussian likelihood only); 0 is no weighting
 WEIGHTING_CODES = {"IMQ": 1, "MahalanobisIMQ": 2, "ThresholdedMahalanobis": 3, "Huber": 4,
@@ -105,13 +110,134 @@ def gaussian_noise_step(noise, F, Y, w, has_weights, params, scale):
 
 
 @njit(cache=True, nogil=True)
-def whiten_rows(code, f, y, J, scale, weight, ew, tiny, pj):
+def _adf_binary(f, y, J, ew, s, sw, tiny):
+    """:class:`~skfilter.likelihoods.AssumedDensityCategorical` for one logit, ``s = J Σ⁻ Jᵀ``."""
+    kappa = 1.0 / np.sqrt(1.0 + (np.pi / 8.0) * s)
+    p = 1.0 / (1.0 + np.exp(-kappa * f[0]))
+    r = max(p * (1.0 - p), tiny)
+    n_ = kappa * kappa * r
+    keep = max(1.0 - s * n_, tiny)
+    ew[0] = (y[0] - p) / np.sqrt(r * keep) * sw
+    a = np.sqrt(n_ / keep) * sw
+    row = J[0]
+    for j in range(row.shape[0]):
+        row[j] *= a
+
+
+@njit(cache=True, nogil=True)
+def _adf_categorical(f, y, J, ew, Q, sw, tiny):
+    """:class:`~skfilter.likelihoods.AssumedDensityCategorical` for ``C ≥ 2`` logits, ``Q = J Σ⁻ Jᵀ``
+    (the same steps as the torch code: shift-free variances, ``κ``, ``p̃``, ``g``, ``N``, ``M``)."""
+    C, P = J.shape
+    dt = J.dtype
+    mean_row = np.empty(C, dtype=dt)
+    total = 0.0
+    for c in range(C):
+        t = 0.0
+        for k in range(C):
+            t += Q[c, k]
+        mean_row[c] = t / C
+        total += mean_row[c]
+    total /= C
+    kappa = np.empty(C, dtype=dt)
+    z = np.empty(C, dtype=dt)
+    for c in range(C):
+        v = max(Q[c, c] - 2.0 * mean_row[c] + total, 0.0) * (C / (C - 1.0))
+        kappa[c] = 1.0 / np.sqrt(1.0 + (np.pi / 8.0) * v)
+        z[c] = kappa[c] * f[c]
+    top = z[0]
+    for c in range(1, C):
+        top = max(top, z[c])
+    p = np.empty(C, dtype=dt)
+    tot = 0.0
+    for c in range(C):
+        p[c] = np.exp(z[c] - top)
+        tot += p[c]
+    # g = Π κ ⊙ (y − p̃);  N = Π K (diag p̃ − p̃p̃ᵀ) K Π
+    g = np.empty(C, dtype=dt)
+    gm = 0.0
+    for c in range(C):
+        p[c] /= tot
+        g[c] = kappa[c] * (y[c] - p[c])
+        gm += g[c]
+    gm /= C
+    for c in range(C):
+        g[c] -= gm
+    A = np.empty((C, C), dtype=dt)
+    for c in range(C):
+        for k in range(C):
+            A[c, k] = kappa[c] * kappa[k] * ((p[c] if c == k else 0.0) - p[c] * p[k])
+    cm = np.empty(C, dtype=dt)
+    for c in range(C):
+        t = 0.0
+        for k in range(C):
+            t += A[c, k]
+        cm[c] = t / C
+    allm = 0.0
+    for c in range(C):
+        allm += cm[c]
+    allm /= C
+    N = np.empty((C, C), dtype=dt)
+    for c in range(C):
+        for k in range(C):
+            N[c, k] = A[c, k] - cm[c] - cm[k] + allm
+    nv, U = np.linalg.eigh(N)
+    big = 0.0
+    for c in range(C):
+        nv[c] = np.sqrt(max(nv[c], 0.0))
+        big = max(big, nv[c])
+    floor = 1e-7 * max(big, tiny)  # N·1 = 0 exactly: its root is rounding (~√eps of the largest)
+    half = np.zeros((C, C), dtype=dt)  # N^{½}
+    pinv = np.zeros((C, C), dtype=dt)  # N^{+½}
+    for c in range(C):
+        for k in range(C):
+            a = 0.0
+            b = 0.0
+            for e in range(C):
+                a += U[c, e] * nv[e] * U[k, e]
+                if nv[e] > floor:
+                    b += U[c, e] * U[k, e] / nv[e]
+            half[c, k] = a
+            pinv[c, k] = b
+    M = half @ Q @ half
+    for c in range(C):
+        for k in range(c + 1, C):
+            avg = 0.5 * (M[c, k] + M[k, c])
+            M[c, k] = avg
+            M[k, c] = avg
+    m, V = np.linalg.eigh(M)
+    B = V.T @ half
+    w = V.T @ (pinv @ g)
+    for c in range(C):
+        d = 1.0 / np.sqrt(1.0 - min(max(m[c], 0.0), 1.0 - 1e-6))
+        ew[c] = d * w[c] * sw
+        for k in range(C):
+            B[c, k] *= d * sw
+    col = np.empty(C, dtype=dt)
+    for j in range(P):  # J ← B J, a column at a time
+        for k in range(C):
+            col[k] = J[k, j]
+        for c in range(C):
+            t = 0.0
+            for k in range(C):
+                t += B[c, k] * col[k]
+            J[c, j] = t
+
+
+@njit(cache=True, nogil=True)
+def whiten_rows(code, f, y, J, scale, weight, ew, tiny, pj, quad):
     """Whiten one row in place: ``J (C, P)`` becomes ``Hw`` and ``ew (C,)`` the whitened residual
     (module docstring), both times ``√weight``; ``scale (C,)`` is the Gaussian ``r^{−1/2}``, ``pj``
-    a ``(P,)`` work buffer (categorical)."""
+    a ``(P,)`` work buffer (categorical), ``quad (C, C)`` the row's ``J Σ⁻ Jᵀ`` (assumed density
+    filtering; not read otherwise)."""
     C, P = J.shape
     sw = np.sqrt(weight)
-    if code == 0:
+    if code == 3:
+        if C == 1:
+            _adf_binary(f, y, J, ew, quad[0, 0], sw, tiny)
+        else:
+            _adf_categorical(f, y, J, ew, quad, sw, tiny)
+    elif code == 0:
         for c in range(C):
             s = scale[c] * sw
             ew[c] = (y[c] - f[c]) * scale[c] * sw
@@ -156,11 +282,13 @@ def whiten_rows(code, f, y, J, scale, weight, ew, tiny, pj):
 
 @njit(cache=True, nogil=True)
 def observe_step(likelihood, F, Y, w, has_weights, noise, noise_params, adaptive, scale, H, ew, tiny, pj,
-                 noise_before):
+                 noise_before, quad):
     """Stages 5–6 of a step of ``nb = F.shape[0]`` rows: the Gaussian noise estimate (``adaptive``),
     then the whitening of each row's Jacobian block ``H[i C:(i+1) C]`` in place and of its residual
     into ``ew``. ``noise_before`` receives the noise vector before the step (to restore it when the
-    step is handed back). Returns False when the estimate is not finite (nothing learned)."""
+    step is handed back); ``quad (nb, C, C)`` holds the rows' ``J Σ⁻ Jᵀ`` when the likelihood needs
+    them (:data:`PREDICTIVE_LIKELIHOOD`). Returns False when the estimate is not finite (nothing
+    learned)."""
     nb, C = F.shape
     for c in range(noise.shape[0]):
         noise_before[c] = noise[c]
@@ -175,7 +303,7 @@ def observe_step(likelihood, F, Y, w, has_weights, noise, noise_params, adaptive
                 scale[c] = 1.0 / np.sqrt(noise[c])
     for i in range(nb):
         whiten_rows(likelihood, F[i], Y[i], H[i * C:(i + 1) * C], scale, w[i] if has_weights else 1.0,
-                    ew[i * C:(i + 1) * C], tiny, pj)
+                    ew[i * C:(i + 1) * C], tiny, pj, quad[i])
     return True
 
 
@@ -278,6 +406,6 @@ def weigh_and_observe(likelihood, weight_kind, weight_c, F, Y, w, has_weights, n
         if not robust_step_weights(weight_kind, weight_c, F, Y, w, has_weights, noise, quad, robust):
             return False
         return observe_step(likelihood, F, Y, robust[:F.shape[0]], True, noise, noise_params, adaptive, scale, H,
-                            ew, tiny, pj, noise_before)
+                            ew, tiny, pj, noise_before, quad)
     return observe_step(likelihood, F, Y, w, has_weights, noise, noise_params, adaptive, scale, H, ew, tiny, pj,
-                        noise_before)
+                        noise_before, quad)
