@@ -569,9 +569,7 @@ class AssumedDensityCategorical(Likelihood):
 
     .. math::
 
-        m^+ = \hat f + S g,\quad S^+ = S - S N S,\qquad g = 
-abla_m \log Z,\ N = -
-abla^2_m \log Z,
+        m^+ = \hat f + S g,\quad S^+ = S - S N S,\qquad g = \nabla_m \log Z,\ N = -\nabla^2_m \log Z,
 
     and ``Z`` is the probit predictive of :func:`probit_probabilities`:
     ``Z = σ(κ f̂)^y σ(−κ f̂)^{1−y}``, ``κ = (1 + π s / 8)^{−1/2}`` for one logit (``g = κ(y − p̃)``,
@@ -580,14 +578,25 @@ abla^2_m \log Z,
     ``N = Π K (diag p̃ − p̃p̃ᵀ) K Π``, ``K = diag κ``: the projection ``Π = I − 11ᵀ/C`` keeps the
     update blind to the logits' common shift, as the likelihood is). Since ``f`` is linear in ``θ``
     under the linearisation, the parameter update with those logit moments is
-    ``μ⁺ = μ⁻ + Σ⁻Jᵀg``, ``Σ⁺ = Σ⁻ − Σ⁻JᵀNJΣ⁻``: the update of the whitened pseudo-observation
-    ``Hw = B J``, ``ew`` with the site precision ``BᵀB = Λ = N(I − SN)⁻¹`` and
-    ``Bᵀ(I + BSBᵀ)⁻¹ ew = g``, which every posterior structure applies as it applies the others.
-    Computed from ``M = N^{½} S N^{½} = V diag(m) Vᵀ``: ``B = diag(1 − m)^{−½} Vᵀ N^{½}``,
-    ``ew = diag(1 − m)^{−½} Vᵀ N^{+½} g``; one logit: ``Hw = √Λ J``,
-    ``ew = (y − p̃) / √(p̃(1 − p̃)(1 − sN))``. With ``S = 0`` (``κ = 1``) this is the EKF update of
-    :class:`Bernoulli` / :class:`Categorical` exactly. ``sN < 2/π`` for one logit; for ``C`` logits the
-    eigenvalues ``m`` are kept below ``1 − 10⁻⁶``.
+    ``μ⁺ = μ⁻ + Σ⁻Jᵀg``, ``Σ⁺ = Σ⁻ − Σ⁻JᵀNJΣ⁻``: the update of a whitened pseudo-observation
+    ``(Hw, ew)`` with ``HwᵀHw``-site ``Λ = N(I − SN)⁻¹`` and ``Hwᵀ(I + HwΣ⁻Hwᵀ)⁻¹ew = Jᵀg``, which every
+    posterior structure applies as it applies the others. With ``N = GGᵀ``, ``G = Π K S̃``,
+    ``S̃ = (I − p̃1ᵀ) diag(p̃)^{½}`` (``S̃S̃ᵀ = diag p̃ − p̃p̃ᵀ``, as in :class:`Categorical`) and
+    ``g = G ẽ``, ``ẽ = (y − p̃)/√p̃``, one such pair is
+
+    .. math::
+
+        H_w = T\,G^\top J,\quad e_w = T \tilde e,\qquad T = (I - G^\top S G)^{-1/2}
+
+    (push-through: ``G T²Gᵀ = N(I − SN)⁻¹``): the categorical whitening of the tempered, centred
+    Jacobian ``K Π J`` at ``p̃``, then the symmetric ``T``, with no pseudo-inverse. One logit:
+    ``Hw = κ√(p̃(1 − p̃)) J / √(1 − sN)``, ``ew = (y − p̃) / √(p̃(1 − p̃)(1 − sN))``. With ``S = 0``
+    (``κ = 1``, ``T = I``) this is the EKF update of :class:`Bernoulli` / :class:`Categorical`
+    exactly. The eigenvalues of ``GᵀSG`` are those of ``N^{½} S N^{½}``: below 1 for the exact ``N``
+    of a log-concave likelihood (the one-row posterior's logit covariance ``S − SNS`` is positive
+    definite), below ``2/π`` for one logit's probit; the per-logit probit of ``C`` logits ignores
+    their correlations and can overshoot, so they are capped at 0.9 (on iris and wine they reach
+    0.4–0.6 in 95 % of the steps, at most 0.84; near 1, ``T`` would be ill-conditioned).
 
     Examples
     --------
@@ -608,8 +617,8 @@ abla^2_m \log Z,
     divergence_advice = _LOGIT_ADVICE
     needs_predictive = True
 
-    #: the eigenvalues of ``N^{½} S N^{½}`` are kept below ``1 −`` this (``C ≥ 2``)
-    _MAX_CONTRACTION = 1.0 - 1e-6
+    #: the cap of the eigenvalues of ``GᵀSG`` (``C ≥ 2``; class docstring)
+    _MAX_CONTRACTION = 0.9
 
     def mean(self, f):
         return torch.sigmoid(f) if f.shape[-1] == 1 else torch.softmax(f, dim=-1)
@@ -629,29 +638,23 @@ abla^2_m \log Z,
         if f.shape[-1] == 1:
             s = quad[..., 0]  # (..., n, 1)
             r = (p * (1 - p)).clamp_min(tiny)
-            n_ = kappa * kappa * r
-            keep = (1.0 - s * n_).clamp_min(tiny)
-            lam = n_ / keep
-            return _scaled_rows(J, lam.sqrt().unsqueeze(-1), out), (Y - p) / (r * keep).sqrt()
+            keep = (1.0 - s * kappa * kappa * r).clamp_min(tiny)
+            return _scaled_rows(J, (kappa * (r / keep).sqrt()).unsqueeze(-1), out), (Y - p) / (r * keep).sqrt()
         C = f.shape[-1]
-        eye = torch.eye(C, dtype=f.dtype, device=f.device)
-        Pi = eye - 1.0 / C
-        g = (kappa * (Y - p)) @ Pi  # Π κ ⊙ (y − p̃)
-        R = torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2)
-        N = Pi @ (kappa.unsqueeze(-1) * R * kappa.unsqueeze(-2)) @ Pi
-        nv, U = torch.linalg.eigh(0.5 * (N + N.mT))
-        nv = nv.clamp_min(0.0)
-        root = nv.sqrt()
-        floor = 1e-7 * root.amax(-1, keepdim=True).clamp_min(tiny)  # N·1 = 0: that root is rounding (~√eps)
-        inv_root = torch.where(root > floor, 1.0 / root.clamp_min(tiny), torch.zeros_like(root))
-        N_half = (U * root.unsqueeze(-2)) @ U.mT
-        N_pinv_half = (U * inv_root.unsqueeze(-2)) @ U.mT
-        M = N_half @ quad @ N_half
-        m, V = torch.linalg.eigh(0.5 * (M + M.mT))
-        d = (1.0 - m.clamp(0.0, self._MAX_CONTRACTION)).rsqrt()  # (1 − m)^{−½}
-        B = d.unsqueeze(-1) * (V.mT @ N_half)
-        ew = d * (V.mT @ (N_pinv_half @ g.unsqueeze(-1)))[..., 0]
-        Hw = torch.matmul(B, J) if out is None else torch.matmul(B, J, out=out)
+        sp = p.clamp_min(tiny).sqrt()
+        # Gᵀ J = diag(√p̃)(I − 1p̃ᵀ) K Π J;  Gᵀ S G from K Π S Π K the same way on both sides
+        KJ = kappa.unsqueeze(-1) * (J - J.mean(-2, keepdim=True))
+        H0 = sp.unsqueeze(-1) * (KJ - torch.einsum("...nc,...ncp->...np", p, KJ).unsqueeze(-2))
+        Q = quad - quad.mean(-1, keepdim=True)
+        Q = Q - Q.mean(-2, keepdim=True)
+        Q = kappa.unsqueeze(-1) * Q * kappa.unsqueeze(-2)
+        Q = Q - (p.unsqueeze(-2) * Q).sum(-1, keepdim=True)  # (I − 1p̃ᵀ) on the right: rows minus Q p̃
+        Q = Q - (p.unsqueeze(-1) * Q).sum(-2, keepdim=True)  # and on the left
+        Ks = sp.unsqueeze(-1) * Q * sp.unsqueeze(-2)
+        k, W = torch.linalg.eigh(0.5 * (Ks + Ks.mT))
+        T = (W * (1.0 - k.clamp(0.0, self._MAX_CONTRACTION)).rsqrt().unsqueeze(-2)) @ W.mT
+        ew = (T @ ((Y - p) / sp).unsqueeze(-1))[..., 0]
+        Hw = torch.matmul(T, H0) if out is None else torch.matmul(T, H0, out=out)
         return Hw, ew
 
     def noise_covariance(self, f, state=None):

@@ -234,13 +234,16 @@ _PRIOR_DOC = {
         targets' centre and scale, first noise estimate), however the rows arrive: until then every
         call sets them again from all rows so far and learns those rows again; then they are fixed
         (:mod:`skfilter.stream_start`). Unused when nothing is scaled to data.
-    likelihood : {'categorical', 'moment-matched'}, default='categorical'
-        ``'categorical'``: Bernoulli on one logit (two classes), categorical otherwise, with the exact
-        logit-space update; ``'moment-matched'``: the Gaussian on the class probabilities with
-        covariance ``diag(m) − m mᵀ + ε I`` (Duran-Martin et al. 2025, App. G.1.1, eq. 117;
-        :class:`~skfilter.likelihoods.MomentMatchedCategorical`).
+    likelihood : {'adf', 'categorical', 'moment-matched'}, default='adf'
+        ``'adf'``: Bernoulli on one logit (two classes), categorical otherwise, with the
+        assumed-density-filtering update (the moments of each row's posterior under its uncertain
+        logits, :class:`~skfilter.likelihoods.AssumedDensityCategorical`; one pass of the EKF update
+        leaves the probabilities under-confident); ``'categorical'``: the same likelihood with the
+        EKF's exact logit-space update (the LoFi paper's); ``'moment-matched'``: the Gaussian on the
+        class probabilities with covariance ``diag(m) − m mᵀ + ε I`` (Duran-Martin et al. 2025,
+        App. G.1.1, eq. 117; :class:`~skfilter.likelihoods.MomentMatchedCategorical`).
     moment_matched_jitter : float, default=0.01
-        ``ε > 0`` of the moment-matched likelihood (ignored by the categorical one).""",
+        ``ε > 0`` of the moment-matched likelihood (ignored by the others).""",
 }
 
 _NOISE_DOC = {
@@ -324,7 +327,7 @@ class LRKFClassifier(_LRKF, LikelihoodParameterMixin, FilterClassifierMixin, Bas
 
     def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, rank=50, init="random",
                  prior_variance="auto",
-                 n_prior_rows=50, likelihood="categorical", moment_matched_jitter=0.01, process_noise=1e-2,
+                 n_prior_rows=50, likelihood="adf", moment_matched_jitter=0.01, process_noise=1e-2,
                  decay=1.0, n_epochs=1, shuffle=False, batch_size=1, predictive="probit", n_mc_samples=100,
                  random_state=None, device="cpu", dtype=None, verbose=0, warm_start=False, **module_kwargs):
         self._store_init_params(locals())
@@ -382,7 +385,7 @@ class HiLoFiClassifier(_HiLoFi, LikelihoodParameterMixin, FilterClassifierMixin,
 
     def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, hidden_rank=50, init="random",
                  exact_process_noise=False, last_layer=None, prior_variance="auto",
-                 n_prior_rows=50, likelihood="categorical",
+                 n_prior_rows=50, likelihood="adf",
                  moment_matched_jitter=0.01, process_noise=1e-2, last_process_noise=None, decay=1.0, n_epochs=1,
                  shuffle=False, batch_size=1, predictive="probit", n_mc_samples=100, random_state=None,
                  device="cpu", dtype=None, verbose=0, warm_start=False, **module_kwargs):
@@ -437,7 +440,7 @@ class LoLoFiClassifier(_LoLoFi, LikelihoodParameterMixin, FilterClassifierMixin,
     array([1, 0])""")
 
     def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, hidden_rank=50, last_rank=50,
-                 init="random", last_layer=None, prior_variance="auto", n_prior_rows=50, likelihood="categorical",
+                 init="random", last_layer=None, prior_variance="auto", n_prior_rows=50, likelihood="adf",
                  moment_matched_jitter=0.01, process_noise=1e-2, last_process_noise=None, decay=1.0, n_epochs=1,
                  shuffle=False, batch_size=1, predictive="probit", n_mc_samples=100, random_state=None,
                  device="cpu", dtype=None, verbose=0, warm_start=False, **module_kwargs):

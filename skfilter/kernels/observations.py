@@ -115,34 +115,37 @@ def _adf_binary(f, y, J, ew, s, sw, tiny):
     kappa = 1.0 / np.sqrt(1.0 + (np.pi / 8.0) * s)
     p = 1.0 / (1.0 + np.exp(-kappa * f[0]))
     r = max(p * (1.0 - p), tiny)
-    n_ = kappa * kappa * r
-    keep = max(1.0 - s * n_, tiny)
+    keep = max(1.0 - s * kappa * kappa * r, tiny)
     ew[0] = (y[0] - p) / np.sqrt(r * keep) * sw
-    a = np.sqrt(n_ / keep) * sw
+    a = kappa * np.sqrt(r / keep) * sw
     row = J[0]
     for j in range(row.shape[0]):
         row[j] *= a
 
 
 @njit(cache=True, nogil=True)
-def _adf_categorical(f, y, J, ew, Q, sw, tiny):
-    """:class:`~skfilter.likelihoods.AssumedDensityCategorical` for ``C ≥ 2`` logits, ``Q = J Σ⁻ Jᵀ``
-    (the same steps as the torch code: shift-free variances, ``κ``, ``p̃``, ``g``, ``N``, ``M``)."""
+def _adf_categorical(f, y, J, ew, Q, sw, tiny, pj):
+    """:class:`~skfilter.likelihoods.AssumedDensityCategorical` for ``C ≥ 2`` logits, ``Q = J Σ⁻ Jᵀ``:
+    ``Hw = T Gᵀ J``, ``ew = T ẽ`` with ``Gᵀ J = diag(√p̃)(I − 1p̃ᵀ) K Π J`` and
+    ``T = (I − GᵀQG)^{−½}`` (the torch code's steps); ``pj`` a ``(P,)`` work buffer."""
     C, P = J.shape
     dt = J.dtype
-    mean_row = np.empty(C, dtype=dt)
-    total = 0.0
+    # the shift-free variances, κ and p̃ = softmax(κ ⊙ f)
+    A = np.empty((C, C), dtype=dt)
+    rmean = np.empty(C, dtype=dt)
     for c in range(C):
         t = 0.0
         for k in range(C):
             t += Q[c, k]
-        mean_row[c] = t / C
-        total += mean_row[c]
+        rmean[c] = t / C
+    total = 0.0
+    for c in range(C):
+        total += rmean[c]
     total /= C
     kappa = np.empty(C, dtype=dt)
     z = np.empty(C, dtype=dt)
     for c in range(C):
-        v = max(Q[c, c] - 2.0 * mean_row[c] + total, 0.0) * (C / (C - 1.0))
+        v = max(Q[c, c] - 2.0 * rmean[c] + total, 0.0) * (C / (C - 1.0))
         kappa[c] = 1.0 / np.sqrt(1.0 + (np.pi / 8.0) * v)
         z[c] = kappa[c] * f[c]
     top = z[0]
@@ -153,74 +156,69 @@ def _adf_categorical(f, y, J, ew, Q, sw, tiny):
     for c in range(C):
         p[c] = np.exp(z[c] - top)
         tot += p[c]
-    # g = Π κ ⊙ (y − p̃);  N = Π K (diag p̃ − p̃p̃ᵀ) K Π
-    g = np.empty(C, dtype=dt)
-    gm = 0.0
+    sp = np.empty(C, dtype=dt)
     for c in range(C):
         p[c] /= tot
-        g[c] = kappa[c] * (y[c] - p[c])
-        gm += g[c]
-    gm /= C
-    for c in range(C):
-        g[c] -= gm
-    A = np.empty((C, C), dtype=dt)
+        sp[c] = np.sqrt(max(p[c], tiny))
+    # Ks = diag(√p̃)(I − 1p̃ᵀ) K Π Q Π K (I − p̃1ᵀ) diag(√p̃)
     for c in range(C):
         for k in range(C):
-            A[c, k] = kappa[c] * kappa[k] * ((p[c] if c == k else 0.0) - p[c] * p[k])
-    cm = np.empty(C, dtype=dt)
+            A[c, k] = kappa[c] * (Q[c, k] - rmean[c] - rmean[k] + total) * kappa[k]
+    colp = np.empty(C, dtype=dt)  # (A p̃)_c
     for c in range(C):
         t = 0.0
         for k in range(C):
-            t += A[c, k]
-        cm[c] = t / C
-    allm = 0.0
+            t += A[c, k] * p[k]
+        colp[c] = t
+    pAp = 0.0
     for c in range(C):
-        allm += cm[c]
-    allm /= C
-    N = np.empty((C, C), dtype=dt)
-    for c in range(C):
-        for k in range(C):
-            N[c, k] = A[c, k] - cm[c] - cm[k] + allm
-    nv, U = np.linalg.eigh(N)
-    big = 0.0
-    for c in range(C):
-        nv[c] = np.sqrt(max(nv[c], 0.0))
-        big = max(big, nv[c])
-    floor = 1e-7 * max(big, tiny)  # N·1 = 0 exactly: its root is rounding (~√eps of the largest)
-    half = np.zeros((C, C), dtype=dt)  # N^{½}
-    pinv = np.zeros((C, C), dtype=dt)  # N^{+½}
+        pAp += p[c] * colp[c]
+    Ks = np.empty((C, C), dtype=dt)
     for c in range(C):
         for k in range(C):
-            a = 0.0
-            b = 0.0
-            for e in range(C):
-                a += U[c, e] * nv[e] * U[k, e]
-                if nv[e] > floor:
-                    b += U[c, e] * U[k, e] / nv[e]
-            half[c, k] = a
-            pinv[c, k] = b
-    M = half @ Q @ half
+            Ks[c, k] = sp[c] * (A[c, k] - colp[c] - colp[k] + pAp) * sp[k]
     for c in range(C):
         for k in range(c + 1, C):
-            avg = 0.5 * (M[c, k] + M[k, c])
-            M[c, k] = avg
-            M[k, c] = avg
-    m, V = np.linalg.eigh(M)
-    B = V.T @ half
-    w = V.T @ (pinv @ g)
+            avg = 0.5 * (Ks[c, k] + Ks[k, c])
+            Ks[c, k] = avg
+            Ks[k, c] = avg
+    kv, W = np.linalg.eigh(Ks)
+    T = np.empty((C, C), dtype=dt)
     for c in range(C):
-        d = 1.0 / np.sqrt(1.0 - min(max(m[c], 0.0), 1.0 - 1e-6))
-        ew[c] = d * w[c] * sw
+        kv[c] = 1.0 / np.sqrt(1.0 - min(max(kv[c], 0.0), 0.9))  # AssumedDensityCategorical._MAX_CONTRACTION
+    for c in range(C):
         for k in range(C):
-            B[c, k] *= d * sw
+            t = 0.0
+            for e in range(C):
+                t += W[c, e] * kv[e] * W[k, e]
+            T[c, k] = t * sw
+    et = np.empty(C, dtype=dt)
+    for c in range(C):
+        et[c] = (y[c] - p[c]) / sp[c]
+    for c in range(C):
+        t = 0.0
+        for k in range(C):
+            t += T[c, k] * et[k]
+        ew[c] = t
+    # J ← K Π J (rows), then p̃ᵀ(KΠJ) into pj, then Gᵀ J, then T (a column at a time)
+    for j in range(P):
+        m = 0.0
+        for c in range(C):
+            m += J[c, j]
+        m /= C
+        q = 0.0
+        for c in range(C):
+            J[c, j] = kappa[c] * (J[c, j] - m)
+            q += p[c] * J[c, j]
+        pj[j] = q
     col = np.empty(C, dtype=dt)
-    for j in range(P):  # J ← B J, a column at a time
-        for k in range(C):
-            col[k] = J[k, j]
+    for j in range(P):
+        for c in range(C):
+            col[c] = sp[c] * (J[c, j] - pj[j])
         for c in range(C):
             t = 0.0
             for k in range(C):
-                t += B[c, k] * col[k]
+                t += T[c, k] * col[k]
             J[c, j] = t
 
 
@@ -236,7 +234,7 @@ def whiten_rows(code, f, y, J, scale, weight, ew, tiny, pj, quad):
         if C == 1:
             _adf_binary(f, y, J, ew, quad[0, 0], sw, tiny)
         else:
-            _adf_categorical(f, y, J, ew, quad, sw, tiny)
+            _adf_categorical(f, y, J, ew, quad, sw, tiny, pj)
     elif code == 0:
         for c in range(C):
             s = scale[c] * sw
