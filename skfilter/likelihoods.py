@@ -608,7 +608,7 @@ class AssumedDensityCategorical(Likelihood):
     >>> Hb, eb = Bernoulli().whiten(f, J, y)
     >>> bool(torch.allclose(Hw, Hb) and torch.allclose(ew, eb))
     True
-    >>> Hw, ew = adf.whiten(f, J, y, quad=torch.full((1, 1, 1), 4.0))  # an uncertain row moves further
+    >>> Hw, ew = adf.whiten(f, J, y, quad=torch.full((1, 1, 1), 4.0))  # this uncertain row moves further
     >>> bool(ew[0, 0] / Hw[0, 0, 0] > eb[0, 0] / Hb[0, 0, 0])
     True
     """

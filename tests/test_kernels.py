@@ -430,6 +430,7 @@ PREDICTORS = {
     "full": lambda: EKFRegressor(hidden_layer_sizes=(7, 4), activation="tanh", random_state=0),
     "lofi-f32": lambda: LoFiRegressor(hidden_layer_sizes=(7,), rank=3, dtype="float32", random_state=0),
     "lofi-clf": lambda: LoFiClassifier(hidden_layer_sizes=(7,), rank=3, random_state=0),
+    "full-clf": lambda: EKFClassifier(hidden_layer_sizes=(7,), random_state=0),
     "fd-clf": lambda: EKFClassifier(hidden_layer_sizes=(7,), covariance="fd", random_state=0),
 }
 
