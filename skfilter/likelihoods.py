@@ -563,8 +563,8 @@ class AssumedDensityCategorical(Likelihood):
     precision of every early row, which later rows (learned near ``p = 0`` or 1, with little
     curvature) cannot move — a one-pass filter's logits stay small and its probabilities
     under-confident (breast cancer, one pass: logits of mean magnitude 3.8 where the batch MAP has
-    4.7 under the same prior). Assumed density filtering (Opper 1998; Ghosh et al. 2016, cited in
-    spec/lofi.md) replaces the one-row posterior ``∝ p(y | f) N(f; f̂, S)`` by the Gaussian with its
+    4.7 under the same prior). Assumed density filtering (Opper 1998; Ghosh et al. 2016, among the
+    LoFi paper's related methods) replaces the one-row posterior ``∝ p(y | f) N(f; f̂, S)`` by the Gaussian with its
     mean and covariance; with ``Z(m) = E_{N(f; m, S)}[p(y | f)]`` these are (Minka 2001)
 
     .. math::
