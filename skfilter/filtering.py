@@ -185,7 +185,7 @@ def filter_step(parts: EngineParts, state: FilterState, X, Y, sample_weight=None
     robust = None
     w = sample_weight
     if parts.weighting is not None:
-        residual = Y - likelihood.mean(f)
+        residual = Y - (likelihood.mean(f) if quad is None else likelihood.predictive_mean(f, quad, noise))
         S = None if quad is None else likelihood.predictive_covariance(f, quad, noise)
         if getattr(parts.weighting, "takes_noise_covariance", False):
             weights = parts.weighting(residual, S, likelihood.noise_covariance(f, noise))

@@ -79,6 +79,12 @@ class Likelihood:
         """Mean of the target given model output ``f`` (plug-in)."""
         raise NotImplementedError
 
+    def predictive_mean(self, f, quad, state=None):
+        """``E[y | D]`` under the linearised prior predictive (outputs ``f``, ``quad = J Σ⁻ Jᵀ``), the
+        centre of the residual a weighting function sees: :meth:`mean` ``(f)`` (the linearisation's)
+        unless a likelihood's predictive says otherwise."""
+        return self.mean(f)
+
     def whiten(self, f, J, Y, state=None, out=None):
         """Whitened pseudo-observation ``(Hw (..., n, m, P), ew (..., n, m))`` (see module docstring);
         ``f (..., n, C)``, ``J (..., n, C, P)`` may carry hypotheses axes.
@@ -657,9 +663,23 @@ class AssumedDensityCategorical(Likelihood):
         Hw = torch.matmul(T, H0) if out is None else torch.matmul(T, H0, out=out)
         return Hw, ew
 
+    def predictive_mean(self, f, quad, state=None):
+        """The probit predictive's class probabilities ``p̃`` (one logit: of the positive class)."""
+        p = probit_probabilities(f, shift_free_logit_variance(quad), binary=f.shape[-1] == 1)
+        return p[..., 1:] if f.shape[-1] == 1 else p
+
+    def predictive_covariance(self, f, quad, state=None):
+        """``Cov[y | D] = diag(p̃) − p̃p̃ᵀ`` (one logit: ``p̃(1 − p̃)``), exactly, for the probit
+        predictive's ``p̃``: a one-hot (or 0/1) target's covariance is fixed by its mean. A weighting
+        function (:class:`~skfilter.WoLFClassifier`) then measures the surprise of a label
+        ``(y − p̃)ᵀ S⁺ (y − p̃) = 1/p̃_y − 1`` by the probability the classifier reports."""
+        p = self.predictive_mean(f, quad)
+        if f.shape[-1] == 1:
+            return (p * (1 - p)).clamp_min(_tiny(f.dtype)).unsqueeze(-1)
+        return torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2)
+
     def noise_covariance(self, f, state=None):
-        """``R`` of the EKF at the predicted logits: ``p(1 − p)`` or ``diag(p) − ppᵀ`` (what a weighting
-        function sees)."""
+        """``R`` of the EKF at the predicted logits: ``p(1 − p)`` or ``diag(p) − ppᵀ``."""
         if f.shape[-1] == 1:
             p = torch.sigmoid(f)
             return (p * (1 - p)).clamp_min(_tiny(f.dtype)).unsqueeze(-1)

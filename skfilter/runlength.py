@@ -249,7 +249,7 @@ def _robust_weights(parts, f, quad, Y, noise):
     if weighting is None:
         return None
     likelihood = parts.likelihood
-    residual = Y - likelihood.mean(f)
+    residual = Y - likelihood.predictive_mean(f, quad, noise)
     S = likelihood.predictive_covariance(f, quad, noise)
     if getattr(weighting, "takes_noise_covariance", False):
         w = weighting(residual, S, likelihood.noise_covariance(f, noise))

@@ -134,3 +134,18 @@ def test_default_update_is_less_under_confident_than_the_ekf(make, loader):
     ll_ekf, ll_adf = (log_loss(yte, c.predict_proba(Xte), labels=c.classes_) for c in (ekf, adf))
     assert ll_adf < 0.9 * ll_ekf
     assert (adf.predict(Xte) == yte).mean() >= (ekf.predict(Xte) == yte).mean() - 0.01
+
+
+@pytest.mark.parametrize("C", [1, 3])
+def test_weighting_sees_the_probit_predictive(C):
+    """The residual and covariance a weighting function (WoLF) sees are the probit predictive's:
+    the surprise (y − p̃)ᵀ S⁺ (y − p̃) of a label is 1/p̃_y − 1."""
+    _, Sigma, f, J, Y = _row(C, seed=30 + C)
+    quad = J @ Sigma @ J.mT
+    lik = AssumedDensityCategorical()
+    p = lik.predictive_mean(f, quad)
+    e = Y - p
+    S = lik.predictive_covariance(f, quad)
+    surprise = float(e[0] @ torch.linalg.pinv(S[0]) @ e[0])
+    p_y = float(p[0, 0])  # class 0 of C, or the positive class of one logit
+    assert surprise == pytest.approx(1.0 / p_y - 1.0, rel=1e-9)
