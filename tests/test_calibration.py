@@ -15,9 +15,10 @@ from sklearn.metrics import log_loss
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
-from skfilter import EKFClassifier, LoFiClassifier
+from skfilter import EKFClassifier, LoFiClassifier, kernels
 from skfilter.kernels.observations import whiten_rows
-from skfilter.likelihoods import AssumedDensityCategorical, Bernoulli, Categorical, shift_free_logit_variance
+from skfilter.likelihoods import (AssumedDensityCategorical, Bernoulli, Categorical, probit_probabilities,
+                                  shift_free_logit_variance)
 from skfilter.posteriors import FullCovariance
 
 DT = torch.float64
@@ -149,3 +150,37 @@ def test_weighting_sees_the_probit_predictive(C):
     surprise = float(e[0] @ torch.linalg.pinv(S[0]) @ e[0])
     p_y = float(p[0, 0])  # class 0 of C, or the positive class of one logit
     assert surprise == pytest.approx(1.0 / p_y - 1.0, rel=1e-9)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: LoFiClassifier(hidden_layer_sizes=(8,), random_state=0),
+    lambda: EKFClassifier(hidden_layer_sizes=(4,), random_state=0),
+    lambda: EKFClassifier(hidden_layer_sizes=(8,), covariance="vd", random_state=0),
+], ids=["LoFi", "EKF-full", "EKF-vd"])
+@pytest.mark.parametrize("loader", [load_breast_cancer, load_wine], ids=["one_logit", "three_logits"])
+def test_host_side_predict_proba_equals_the_torch_path(make, loader):
+    """The one-belief ``predict_proba`` on NumPy arrays (the compiled centred diagonal
+    ``diag(Π J Σ Jᵀ Π)`` scaled by ``C/(C − 1)``, then the probit on arrays) gives the torch path's
+    probabilities with the shift-free variances (kernels off: ``J − mean`` in torch)."""
+    X, y = loader(return_X_y=True)
+    order = np.random.default_rng(0).permutation(len(y))
+    X, y = X[order, :6], y[order]  # raw rows: the model's input map is applied inside the kernel
+    clf = make().fit(X[:80], y[:80])
+    rows, Xt = clf._predict_rows(X[80:120])
+    assert clf._host_proba(rows, Xt) is not None  # the host-side path serves this model
+    host = clf.predict_proba(X[80:120])
+    with kernels.compiled_kernels(False):
+        assert clf._host_proba(rows, Xt) is None
+        torch_path = clf.predict_proba(X[80:120])
+    np.testing.assert_allclose(host, torch_path, rtol=0, atol=1e-12)
+    # both are the probit of the definition: the full J Σ Jᵀ, then its shift-free variances
+    belief = clf.filter_state_.belief
+    with torch.no_grad():
+        f, J = clf._adapter.forward_jacobian(belief.mean, Xt)
+        quad = clf._structure.quadratic_form(belief, J)
+        expected = probit_probabilities(f, shift_free_logit_variance(quad), binary=f.shape[-1] == 1).numpy()
+    np.testing.assert_allclose(host, expected, rtol=0, atol=1e-10)
+    assert f.shape[-1] == (1 if loader is load_breast_cancer else 3)
+    if f.shape[-1] > 1:  # the common shift's variance is not negligible here: the plain diagonal differs
+        plain = probit_probabilities(f, quad.diagonal(dim1=-2, dim2=-1), binary=False).numpy()
+        assert np.abs(plain - expected).max() > 1e-6
