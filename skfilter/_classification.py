@@ -9,7 +9,7 @@ import torch
 from sklearn.base import ClassifierMixin
 from sklearn.utils._param_validation import Interval, StrOptions, validate_params
 
-from . import kernels
+from . import stepping
 from ._sampling import SAMPLING_METHODS, PredictiveSamplingMixin
 from ._utils import memo_for, targets_array, to_numpy
 from ._validation import ProbabilisticClassifierMixin, check_class_module_outputs, encode_class_labels
@@ -249,7 +249,7 @@ class FilterClassifierMixin(PredictiveSamplingMixin, ProbabilisticClassifierMixi
     def _host_proba(self, rows, Xt):
         """:meth:`predict_proba`'s probabilities on NumPy arrays for the common case — one belief on
         the CPU, ``predictive='probit'``, a compiled linearised predictive
-        (:func:`skfilter.kernels.linearized_arrays_compiled`) — where the summary's few torch
+        (:func:`skfilter.stepping.linearized_arrays_compiled`) — where the summary's few torch
         operations per call would cost more than their arithmetic for a row or a few
         (:func:`~skfilter.likelihoods.probit_probabilities_array`, the formulas of the torch path,
         with the same shift-free variances as :meth:`_linearized`: ``C/(C − 1) · diag(Π J Σ Jᵀ Π)``
@@ -259,7 +259,7 @@ class FilterClassifierMixin(PredictiveSamplingMixin, ProbabilisticClassifierMixi
         if state.log_weights is not None or self.predictive != "probit" or Xt.device.type != "cpu":
             return None
         C = self._adapter.n_outputs
-        out = kernels.linearized_arrays_compiled(self._adapter, self._structure, state.belief, rows, centred=C > 1)
+        out = stepping.linearized_arrays_compiled(self._adapter, self._structure, state.belief, rows, centred=C > 1)
         if out is None:
             return None
         f, var = out

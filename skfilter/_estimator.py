@@ -33,7 +33,9 @@ from ._utils import pass_progress, progress_bar, resolve_device, resolve_dtype, 
 from ._utils import torch_generator
 from .dynamics import Dynamics, Reference
 from . import kernels
-from .filtering import EngineParts, FilterState, run_filter
+from . import stepping
+from .filtering import EngineParts, FilterState
+from .stepping import run_filter
 from .posteriors import Posterior, map_belief, select_hypothesis
 from .models import MLPAdapter, build_module, make_adapter, standardize_mlp
 from .priors import auto_prior, input_standardization
@@ -332,7 +334,7 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
             for a in range(0, Xt.shape[0], 1 << 16):
                 rows = Xt[a:a + (1 << 16)]
                 # the compiled forward pass when it serves (a tenth of the adapter's cost for one row)
-                f = kernels.forward_compiled(self._adapter, mean, rows) if mean.dim() == 1 else None
+                f = stepping.forward_compiled(self._adapter, mean, rows) if mean.dim() == 1 else None
                 biggest = _largest(self._adapter.forward(mean, rows) if f is None else f)
                 if not biggest <= limit:  # NaN too
                     self._raise_output_too_large(biggest, limit)
@@ -568,10 +570,8 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
         state = self.filter_state_
         if state.log_weights is not None or state.belief.mean.dim() != 1:
             return
-        from .kernels._dispatch import plan_for
-
         parts = self._engine_parts()
-        plan = plan_for(parts, state, None)
+        plan = stepping.plan_for(parts, state, None)
         if plan is None:
             return
         bound = magnitude_bound(self._dtype)
@@ -869,7 +869,7 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
         belief = self.filter_state_.belief if belief is None else belief
         mean = belief.mean
         if mean.dim() == 1:  # one belief on the CPU: the compiled kernel when it serves the filter
-            out = kernels.linearized_compiled(self._adapter, self._structure, belief, Xt, centred=centred)
+            out = stepping.linearized_compiled(self._adapter, self._structure, belief, Xt, centred=centred)
             if out is not None:
                 return out
 
@@ -898,7 +898,7 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
     def _plugin(self, Xt, belief=None):
         belief = self.filter_state_.belief if belief is None else belief
         if belief.mean.dim() == 1:  # the forward pass of the compiled linearised predictive, if it serves
-            f = kernels.forward_compiled(self._adapter, belief.mean, Xt)
+            f = stepping.forward_compiled(self._adapter, belief.mean, Xt)
             if f is not None:
                 return f
         return self._adapter.forward(belief.mean, Xt)

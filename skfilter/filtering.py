@@ -31,9 +31,11 @@ structure updates all hypotheses in one batched operation.
 
 On the CPU, when both the likelihood and the structure take NumPy arrays (``host_arrays``,
 :meth:`~skfilter.posteriors.LowRankPrecision.uses_host_arrays`), stage 6's whitening runs on
-zero-copy NumPy views (:mod:`skfilter._array_ops`). :func:`run_filter` first offers the rows to the
-compiled CPU kernels (:mod:`skfilter.kernels`), which run the same step for many rows per call for
-the filters they serve and hand back to :func:`filter_step` any step they cannot finish.
+zero-copy NumPy views (:mod:`skfilter._array_ops`).  This engine runs every
+filter on its own and imports no compiled code: :mod:`skfilter.stepping`, above it, offers the rows
+to the compiled CPU kernels (:mod:`skfilter.kernels`) first, which run the same step for many rows
+per call for the filters they serve and hand back to :func:`filter_step` any step they cannot
+finish; the estimators call :func:`skfilter.stepping.run_filter`.
 """
 
 from __future__ import annotations
@@ -151,12 +153,6 @@ def filter_step(parts: EngineParts, state: FilterState, X, Y, sample_weight=None
     fresh ``P``-sized arrays at every step; only for callers that keep neither past the step (no
     ``on_step`` callback: an :class:`~skfilter.posteriors.UpdateInfo` may read ``Hw`` later).
     """
-    if record is not None and state.belief.mean.dim() == 2 and not getattr(record, "needs_belief", True):
-        from . import kernels  # a stack of hypotheses whose predictive is recorded (run-length filters)
-
-        compiled = kernels.step_compiled(parts, state, X, Y, sample_weight, record)
-        if compiled is not None:
-            return compiled
     structure, likelihood = parts.structure, parts.likelihood
     belief, noise = state.belief, state.noise
     # 1. dynamics
@@ -250,12 +246,6 @@ def run_filter(parts: EngineParts, state: FilterState, X, Y, sample_weight=None,
     the rows learned before the failing step (``rows_done`` of them, also an attribute), which the
     caller installs; then it propagates.
     """
-    if on_step is None:  # many rows per call on the CPU when a compiled kernel serves this filter
-        from . import kernels
-
-        compiled = kernels.run_compiled(parts, state, X, Y, sample_weight, batch_size, record, progress)
-        if compiled is not None:
-            return compiled
     outs = []
     start = state.n_seen
     initial = state.belief  # held by the caller: never a workspace

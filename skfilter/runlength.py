@@ -64,7 +64,8 @@ import torch
 
 from .dynamics import Dynamics, apply_dynamics
 from .exceptions import FilterStepError
-from .filtering import FilterState, filter_step
+from .filtering import FilterState
+from .stepping import filter_step
 from .posteriors import map_belief
 
 RESETS = ("prior", "moment-matched", "ou", "cpp-ou")

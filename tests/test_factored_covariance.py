@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from skfilter.dynamics import Dynamics, Reference
 from skfilter.exceptions import FilterStepError
 from skfilter.filtering import EngineParts, FilterState, run_filter
-from skfilter.kernels._dispatch import plan_for
+from skfilter.stepping import plan_for
 from skfilter.likelihoods import Gaussian
 from skfilter.models import make_adapter, make_mlp
 from skfilter.posteriors import (CholeskyFactor, FactoredBelief, FactoredCovariance, FullCovariance,
