@@ -45,19 +45,22 @@ import weakref
 import numpy as np
 import torch
 
-from .exceptions import FilterStepError
 from . import filtering
+from .exceptions import FilterStepError
 from .filtering import FilterState, StepOutput
 from .kernels import enabled
-from .likelihoods import AssumedDensityCategorical, Bernoulli, Categorical, Gaussian, robust_variance_consistency
-from .models import MLPAdapter
-from .posteriors import DiagonalCovariance, FullCovariance, LowRankPrecision, stiffness_limit
 from .kernels.diagonal import diagonal_hypotheses, diagonal_rows
 from .kernels.full import full_hypotheses, full_rows
 from .kernels.lofi import DONE, lofi_hypotheses, lofi_rows
 from .kernels.mlp import mlp_program
 from .kernels.observations import LIKELIHOOD_CODES, WEIGHTING_CODES
 from .kernels.predictive import DIAGONAL, FULL, LOFI, forward_rows, predict_rows
+from .likelihoods import AssumedDensityCategorical, Bernoulli, Categorical, Gaussian, robust_variance_consistency
+from .models import MLPAdapter
+from .posteriors import DiagonalCovariance, FullCovariance, LowRankPrecision, stiffness_limit
+
+__all__ = ["run_filter", "filter_step", "run_compiled", "step_compiled", "linearized_compiled",
+           "linearized_arrays_compiled", "forward_compiled", "handed_back", "plan_for"]
 
 _DTYPES = (torch.float64, torch.float32)
 #: the NumPy dtype of each torch dtype the kernels take

@@ -182,7 +182,7 @@ class LowRankFactor:
           predicted ``CᵀC + q_b I`` (it lacks ``q_b (I − K_b H_b)(I − K_b H_b)ᵀ ⪰ 0``): a direction the
           rows do not reach keeps its variance. LoLoFi's estimators use ``False`` for both blocks
           (:mod:`skfilter.low_rank`). (The authors' development code computes this too: its
-          ``+q`` projection cancels ``q``; spec/hilofi.md, Appendix A.3.)
+          ``+q`` projection cancels ``q``.)
 
         With ``q_b = 0`` the two coincide.
 
