@@ -77,6 +77,7 @@ html_show_sourcelink = False
 TABLE_TITLES = {
     "bandit_table": "Decision benchmark: the digits contextual bandit",
     "bo_table": "Decision benchmark: Bayesian optimisation",
+    "calibration_table": "Calibration benchmark: log-loss beside CalibratedClassifierCV",
     "factorization_bandit_table": "Factorization benchmark: explore/exploit (DEKF paper §5.2)",
     "factorization_estimation_table": "Factorization benchmark: parameter estimation (DEKF paper §5.1)",
     "factorization_peers_table": "Factorization benchmark: against river and surprise",

@@ -9,18 +9,18 @@ import torch
 from sklearn.base import ClassifierMixin
 from sklearn.utils._param_validation import Interval, StrOptions, validate_params
 
-from . import kernels
+from . import stepping
 from ._sampling import SAMPLING_METHODS, PredictiveSamplingMixin
 from ._utils import memo_for, targets_array, to_numpy
 from ._validation import ProbabilisticClassifierMixin, check_class_module_outputs, encode_class_labels
-from .likelihoods import (Bernoulli, Categorical, MomentMatchedCategorical, probit_probabilities,
-                          probit_probabilities_array)
+from .likelihoods import (AssumedDensityCategorical, Bernoulli, Categorical, MomentMatchedCategorical,
+                          probit_probabilities, probit_probabilities_array, shift_free_logit_variance)
 
 _CLASSIFICATION_PREDICTIVES = ("probit", "plugin", "mc")
 
 
 class LikelihoodParameterMixin:
-    """For classifiers with a ``likelihood`` parameter (``'categorical'`` or ``'moment-matched'``) and
+    """For classifiers with a ``likelihood`` parameter (``'adf'``, ``'categorical'`` or ``'moment-matched'``) and
     ``moment_matched_jitter``: both are fixed for a stream (changing either makes the next
     ``partial_fit`` raise); merge :attr:`FilterClassifierMixin._likelihood_parameter_constraints`
     into the estimator's constraints. Put it before :class:`FilterClassifierMixin` in the bases."""
@@ -38,7 +38,8 @@ class FilterClassifierMixin(PredictiveSamplingMixin, ProbabilisticClassifierMixi
     Class probabilities (``predictive`` parameter; LoFi paper §3.3, App. B.2):
 
     * ``'probit'`` — generalised probit approximation of ``E[softmax(f)]`` under the linearised
-      ``f ~ N(h(μ, x), J Σ Jᵀ)`` (B.2, eq. 64);
+      ``f ~ N(h(μ, x), J Σ Jᵀ)`` (B.2, eq. 64), with the logits' variances less that of their
+      common shift, which the softmax ignores (:func:`~skfilter.likelihoods.shift_free_logit_variance`);
     * ``'plugin'`` — ``softmax(h(μ, x))``;
     * ``'mc'`` — average of ``softmax(h(θ_s, x))`` over ``n_mc_samples`` draws ``θ_s ~ N(μ, Σ)``.
     """
@@ -67,10 +68,12 @@ class FilterClassifierMixin(PredictiveSamplingMixin, ProbabilisticClassifierMixi
     }
 
     #: the ``likelihood`` parameter's constraints, for classifiers that have one (merged by them):
-    #: ``'categorical'`` (Bernoulli for one logit) or the moment-matched Gaussian
+    #: ``'adf'`` (Bernoulli / categorical with the assumed-density-filtering update,
+    #: :class:`~skfilter.likelihoods.AssumedDensityCategorical`), ``'categorical'`` (the same
+    #: likelihood with the EKF update) or the moment-matched Gaussian
     #: (:class:`~skfilter.likelihoods.MomentMatchedCategorical`) with jitter ``moment_matched_jitter``
     _likelihood_parameter_constraints = {
-        "likelihood": [StrOptions({"categorical", "moment-matched"})],
+        "likelihood": [StrOptions({"adf", "categorical", "moment-matched"})],
         "moment_matched_jitter": [Interval(Real, 0, None, closed="neither")],
     }
 
@@ -159,10 +162,14 @@ class FilterClassifierMixin(PredictiveSamplingMixin, ProbabilisticClassifierMixi
         check_class_module_outputs(n_outputs, len(self.classes_))
 
     def _make_likelihood(self, n_outputs, cfg):
-        """Bernoulli (one logit) or Categorical; the moment-matched Gaussian when the classifier has a
-        ``likelihood`` parameter set to ``'moment-matched'``."""
-        if getattr(self, "likelihood", "categorical") == "moment-matched":
+        """The ``likelihood`` parameter's: the assumed-density-filtering update (``'adf'``), Bernoulli
+        (one logit) or Categorical with the EKF update (``'categorical'``, and classifiers without the
+        parameter), or the moment-matched Gaussian (``'moment-matched'``)."""
+        kind = getattr(self, "likelihood", "categorical")
+        if kind == "moment-matched":
             return MomentMatchedCategorical(float(self.moment_matched_jitter))
+        if kind == "adf":
+            return AssumedDensityCategorical()
         return Bernoulli() if n_outputs == 1 else Categorical()
 
     def _target_matrix(self, index):
@@ -171,6 +178,20 @@ class FilterClassifierMixin(PredictiveSamplingMixin, ProbabilisticClassifierMixi
         return np.eye(len(self.classes_))[index]
 
     # -- predictive -----------------------------------------------------------------------------
+    def _output_variance(self, quad):
+        """The logits' variances the probit takes from their covariance ``quad (…, n, C, C)``: without
+        the common shift's (:func:`~skfilter.likelihoods.shift_free_logit_variance`)."""
+        return shift_free_logit_variance(quad)
+
+    def _linearized(self, Xt, belief=None, centred=False):
+        """Logits at the mean and, for ``C ≥ 2`` logits, their shift-free variances
+        ``C/(C − 1) · diag(Π J Σ Jᵀ Π)`` (the centred Jacobian ``Π J``, one row at a time)."""
+        if self._adapter.n_outputs == 1:
+            return super()._linearized(Xt, belief)
+        f, v = super()._linearized(Xt, belief, centred=True)
+        C = f.shape[-1]
+        return f, v.clamp_min(0.0) * (C / (C - 1.0))
+
     def _summarize(self, f, var, noise_state, kind):
         """Class probabilities ``(n, K)`` (class docstring)."""
         binary = f.shape[-1] == 1
@@ -228,18 +249,22 @@ class FilterClassifierMixin(PredictiveSamplingMixin, ProbabilisticClassifierMixi
     def _host_proba(self, rows, Xt):
         """:meth:`predict_proba`'s probabilities on NumPy arrays for the common case — one belief on
         the CPU, ``predictive='probit'``, a compiled linearised predictive
-        (:func:`skfilter.kernels.linearized_arrays_compiled`) — where the summary's few torch
+        (:func:`skfilter.stepping.linearized_arrays_compiled`) — where the summary's few torch
         operations per call would cost more than their arithmetic for a row or a few
-        (:func:`~skfilter.likelihoods.probit_probabilities_array`, the formulas of the torch path);
-        None for every other case. The outputs at the mean are remembered for the next
-        ``partial_fit`` as the torch path does."""
+        (:func:`~skfilter.likelihoods.probit_probabilities_array`, the formulas of the torch path,
+        with the same shift-free variances as :meth:`_linearized`: ``C/(C − 1) · diag(Π J Σ Jᵀ Π)``
+        for ``C ≥ 2`` logits); None for every other case. The outputs at the mean are remembered for
+        the next ``partial_fit`` as the torch path does."""
         state = self.filter_state_
         if state.log_weights is not None or self.predictive != "probit" or Xt.device.type != "cpu":
             return None
-        out = kernels.linearized_arrays_compiled(self._adapter, self._structure, state.belief, rows)
+        C = self._adapter.n_outputs
+        out = stepping.linearized_arrays_compiled(self._adapter, self._structure, state.belief, rows, centred=C > 1)
         if out is None:
             return None
         f, var = out
+        if C > 1:
+            var = np.maximum(var, 0.0) * (C / (C - 1.0))
         lean = memo_for(self).get("lean")
         if lean is None or not lean[4].checks_outputs:  # else the lean partial_fit's kernel checks them
             self._remember_outputs(rows, torch.from_numpy(f))

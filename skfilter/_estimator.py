@@ -33,7 +33,9 @@ from ._utils import pass_progress, progress_bar, resolve_device, resolve_dtype, 
 from ._utils import torch_generator
 from .dynamics import Dynamics, Reference
 from . import kernels
-from .filtering import EngineParts, FilterState, run_filter
+from . import stepping
+from .filtering import EngineParts, FilterState
+from .stepping import run_filter
 from .posteriors import Posterior, map_belief, select_hypothesis
 from .models import MLPAdapter, build_module, make_adapter, standardize_mlp
 from .priors import auto_prior, input_standardization
@@ -332,7 +334,7 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
             for a in range(0, Xt.shape[0], 1 << 16):
                 rows = Xt[a:a + (1 << 16)]
                 # the compiled forward pass when it serves (a tenth of the adapter's cost for one row)
-                f = kernels.forward_compiled(self._adapter, mean, rows) if mean.dim() == 1 else None
+                f = stepping.forward_compiled(self._adapter, mean, rows) if mean.dim() == 1 else None
                 biggest = _largest(self._adapter.forward(mean, rows) if f is None else f)
                 if not biggest <= limit:  # NaN too
                     self._raise_output_too_large(biggest, limit)
@@ -568,10 +570,8 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
         state = self.filter_state_
         if state.log_weights is not None or state.belief.mean.dim() != 1:
             return
-        from .kernels._dispatch import plan_for
-
         parts = self._engine_parts()
-        plan = plan_for(parts, state, None)
+        plan = stepping.plan_for(parts, state, None)
         if plan is None:
             return
         bound = magnitude_bound(self._dtype)
@@ -861,34 +861,44 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
         size = max(1, _PREDICT_CHUNK_ENTRIES // per_row)
         return [(i, min(i + size, n)) for i in range(0, n, size)]
 
-    def _linearized(self, Xt, belief=None):
+    def _linearized(self, Xt, belief=None, centred=False):
         """Model output ``f (…, n, C)`` at the posterior mean and the diagonal of ``J Σ Jᵀ``,
         ``(…, n, C)`` (LoFi paper App. B.1; the current belief, or ``belief`` — with hypotheses
-        axes, for each hypothesis — with no predict step)."""
+        axes, for each hypothesis — with no predict step). ``centred``: the diagonal of
+        ``Π J Σ Jᵀ Π`` instead, ``Π = I − 11ᵀ/C`` (the outputs less their mean)."""
         belief = self.filter_state_.belief if belief is None else belief
         mean = belief.mean
         if mean.dim() == 1:  # one belief on the CPU: the compiled kernel when it serves the filter
-            out = kernels.linearized_compiled(self._adapter, self._structure, belief, Xt)
+            out = stepping.linearized_compiled(self._adapter, self._structure, belief, Xt, centred=centred)
             if out is not None:
                 return out
+
+        def diagonal(J):
+            return self._structure.quadratic_diagonal(belief, J - J.mean(-2, keepdim=True) if centred else J)
+
         n_hyp = 1 if mean.dim() == 1 else max(1, mean[..., 0].numel())
         with _no_grad_for(self._adapter):
             n = Xt.shape[0]
             if n <= max(1, _PREDICT_CHUNK_ENTRIES // max(1, n_hyp * self._adapter.n_outputs * self.n_params_)):
                 f, J = self._adapter.forward_jacobian(mean, Xt)  # one chunk (as _chunks)
-                return f, self._structure.quadratic_diagonal(belief, J)
+                return f, diagonal(J)
             fs, vs = [], []
             for a, b in self._chunks(n, n_hyp):
                 f, J = self._adapter.forward_jacobian(mean, Xt[a:b])
                 fs.append(f)
-                vs.append(self._structure.quadratic_diagonal(belief, J))
+                vs.append(diagonal(J))
             return torch.cat(fs, dim=-2), torch.cat(vs, dim=-2)
+
+    def _output_variance(self, quad):
+        """The outputs' variances a predictive summary takes from their covariance ``quad
+        (…, n, C, C)``: its diagonal (the classifiers: without the logits' common shift)."""
+        return quad.diagonal(dim1=-2, dim2=-1)
 
     @torch.no_grad()
     def _plugin(self, Xt, belief=None):
         belief = self.filter_state_.belief if belief is None else belief
         if belief.mean.dim() == 1:  # the forward pass of the compiled linearised predictive, if it serves
-            f = kernels.forward_compiled(self._adapter, belief.mean, Xt)
+            f = stepping.forward_compiled(self._adapter, belief.mean, Xt)
             if f is not None:
                 return f
         return self._adapter.forward(belief.mean, Xt)
@@ -931,7 +941,7 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
             if kind == "mc":
                 thetas = structure.sample(predicted, self.n_mc_samples, gen)
                 return self._summarize(self._adapter.forward_batch(thetas, X), None, noise_state, "mc")
-            return self._summarize(f, quad.diagonal(dim1=-2, dim2=-1), noise_state, kind)
+            return self._summarize(f, self._output_variance(quad), noise_state, kind)
 
         # only the Monte-Carlo predictive samples the predicted belief; the others need f and J Σ⁻ Jᵀ,
         # which the compiled kernels (skfilter.kernels) compute for every row of a call

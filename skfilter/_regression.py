@@ -11,7 +11,7 @@ from sklearn.base import RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions, validate_params
 from sklearn.utils.validation import check_is_fitted
 
-from . import kernels
+from . import stepping
 from ._sampling import SAMPLING_METHODS, PredictiveSamplingMixin
 from ._validation import raise_invalid_parameter, regression_target_matrix
 from ._utils import targets_array, to_numpy
@@ -290,7 +290,7 @@ class FilterRegressorMixin(PredictiveSamplingMixin, RegressorMixin):
             return None
         # the mean alone: the compiled forward pass, the same arithmetic as the linearised
         # predictive's (bit for bit), without its Jacobian and the k × k factorisation of LoFi
-        f = None if return_std else kernels.forward_compiled(self._adapter, state.belief.mean, Xt)
+        f = None if return_std else stepping.forward_compiled(self._adapter, state.belief.mean, Xt)
         if f is None:
             f, v = self._linearized(Xt)
         biggest = self._remember_outputs(rows, f)

@@ -282,7 +282,7 @@ class _BOCDMeta(ValidatedParamsMixin, FilterMetaEstimator):
                                                                   else "linearized")
 
         def record(f, quad, noise, weights):
-            var = quad.diagonal(dim1=-2, dim2=-1)
+            var = inner._output_variance(quad)
             per = inner._summarize(f, var, noise, kind)  # (K', B, ·)
             return inner._mix_summaries(per, weights)
 

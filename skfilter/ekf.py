@@ -240,13 +240,16 @@ class EKFClassifier(_EKFStructure, LikelihoodParameterMixin, FilterClassifierMix
         targets' centre and scale, first noise estimate), however the rows arrive: until then every
         call sets them again from all rows so far and learns those rows again; then they are fixed
         (:mod:`skfilter.stream_start`). Unused when nothing is scaled to data.
-    likelihood : {'categorical', 'moment-matched'}, default='categorical'
-        ``'categorical'``: Bernoulli on one logit (two classes), categorical otherwise, with the exact
-        logit-space update; ``'moment-matched'``: the Gaussian on the class probabilities with
-        covariance ``diag(m) − m mᵀ + ε I`` (Duran-Martin et al. 2025, App. G.1.1, eq. 117;
-        :class:`~skfilter.likelihoods.MomentMatchedCategorical`).
+    likelihood : {'adf', 'categorical', 'moment-matched'}, default='adf'
+        ``'adf'``: Bernoulli on one logit (two classes), categorical otherwise, with the
+        assumed-density-filtering update (the moments of each row's posterior under its uncertain
+        logits, :class:`~skfilter.likelihoods.AssumedDensityCategorical`; one pass of the EKF update
+        leaves the probabilities under-confident); ``'categorical'``: the same likelihood with the
+        EKF's exact logit-space update (the LoFi paper's); ``'moment-matched'``: the Gaussian on the
+        class probabilities with covariance ``diag(m) − m mᵀ + ε I`` (Duran-Martin et al. 2025,
+        App. G.1.1, eq. 117; :class:`~skfilter.likelihoods.MomentMatchedCategorical`).
     moment_matched_jitter : float, default=0.01
-        ``ε > 0`` of the moment-matched likelihood (ignored by the categorical one).
+        ``ε > 0`` of the moment-matched likelihood (ignored by the others).
     process_noise : float, default=0.0
         ``q`` of the dynamics ``θ_t = γ θ_{t−1} + N(0, q I)`` applied before every step.
     decay : float, default=1.0
@@ -325,7 +328,7 @@ class EKFClassifier(_EKFStructure, LikelihoodParameterMixin, FilterClassifierMix
     """
 
     def __init__(self, hidden_layer_sizes=(50,), activation="relu", *, module=None, covariance="full",
-                 vd_mean="exact", prior_variance="auto", n_prior_rows=50, likelihood="categorical",
+                 vd_mean="exact", prior_variance="auto", n_prior_rows=50, likelihood="adf",
                  moment_matched_jitter=0.01, process_noise=0.0, decay=1.0, n_epochs=1,
                  shuffle=False, batch_size=1, predictive="probit", n_mc_samples=100, random_state=None,
                  device="cpu", dtype=None, verbose=0, warm_start=False, **module_kwargs):

@@ -18,7 +18,8 @@ One step, in this order::
     5. noise update    r_t from the prior-predictive residual, each row counting with its weight
     6. structure update  with the rows whitened by r_t, scaled by √(sample_weight) · w
 
-Stage 3 is computed only when a weighting function or a recorder needs ``S``. Stage 5 (the online
+Stage 3 is computed only when a weighting function, a recorder or the likelihood's whitening
+(:class:`~skfilter.likelihoods.AssumedDensityCategorical`) needs ``J Σ⁻ Jᵀ``. Stage 5 (the online
 observation-variance estimate, LoFi paper App. C.2) sits *after* the weight: an observation the
 weighting function discounts also moves the noise estimate less (its ``ε_t`` is scaled by the weight
 ``sample_weight · w²``), and the weight itself is computed with the noise variance of the previous
@@ -30,9 +31,11 @@ structure updates all hypotheses in one batched operation.
 
 On the CPU, when both the likelihood and the structure take NumPy arrays (``host_arrays``,
 :meth:`~skfilter.posteriors.LowRankPrecision.uses_host_arrays`), stage 6's whitening runs on
-zero-copy NumPy views (:mod:`skfilter._array_ops`). :func:`run_filter` first offers the rows to the
-compiled CPU kernels (:mod:`skfilter.kernels`), which run the same step for many rows per call for
-the filters they serve and hand back to :func:`filter_step` any step they cannot finish.
+zero-copy NumPy views (:mod:`skfilter._array_ops`).  This engine runs every
+filter on its own and imports no compiled code: :mod:`skfilter.stepping`, above it, offers the rows
+to the compiled CPU kernels (:mod:`skfilter.kernels`) first, which run the same step for many rows
+per call for the filters they serve and hand back to :func:`filter_step` any step they cannot
+finish; the estimators call :func:`skfilter.stepping.run_filter`.
 """
 
 from __future__ import annotations
@@ -150,12 +153,6 @@ def filter_step(parts: EngineParts, state: FilterState, X, Y, sample_weight=None
     fresh ``P``-sized arrays at every step; only for callers that keep neither past the step (no
     ``on_step`` callback: an :class:`~skfilter.posteriors.UpdateInfo` may read ``Hw`` later).
     """
-    if record is not None and state.belief.mean.dim() == 2 and not getattr(record, "needs_belief", True):
-        from . import kernels  # a stack of hypotheses whose predictive is recorded (run-length filters)
-
-        compiled = kernels.step_compiled(parts, state, X, Y, sample_weight, record)
-        if compiled is not None:
-            return compiled
     structure, likelihood = parts.structure, parts.likelihood
     belief, noise = state.belief, state.noise
     # 1. dynamics
@@ -178,13 +175,13 @@ def filter_step(parts: EngineParts, state: FilterState, X, Y, sample_weight=None
                                   f"{likelihood.divergence_advice} The last good belief is kept.")
     # 3. prior predictive
     quad = None
-    if record is not None or _needs_covariance(parts.weighting):
+    if record is not None or _needs_covariance(parts.weighting) or likelihood.needs_predictive:
         quad = structure.quadratic_form(predicted, J)
     # 4. weight
     robust = None
     w = sample_weight
     if parts.weighting is not None:
-        residual = Y - likelihood.mean(f)
+        residual = Y - (likelihood.mean(f) if quad is None else likelihood.predictive_mean(f, quad, noise))
         S = None if quad is None else likelihood.predictive_covariance(f, quad, noise)
         if getattr(parts.weighting, "takes_noise_covariance", False):
             weights = parts.weighting(residual, S, likelihood.noise_covariance(f, noise))
@@ -211,10 +208,11 @@ def filter_step(parts: EngineParts, state: FilterState, X, Y, sample_weight=None
             w = w.numpy()
     else:
         out = _buffer(buffers, "Hw", J.shape, J) if _takes_out(type(likelihood).whiten) else None
+        extra = {"quad": quad} if likelihood.needs_predictive else {}
         if out is not None:
-            Hw, ew = likelihood.whiten(f, J, Y, new_noise, out=out)
+            Hw, ew = likelihood.whiten(f, J, Y, new_noise, out=out, **extra)
         else:
-            Hw, ew = likelihood.whiten(f, J, Y, new_noise)
+            Hw, ew = likelihood.whiten(f, J, Y, new_noise, **extra)
     if w is not None:
         sw = w ** 0.5
         Hw = Hw * sw[..., None, None]
@@ -248,12 +246,6 @@ def run_filter(parts: EngineParts, state: FilterState, X, Y, sample_weight=None,
     the rows learned before the failing step (``rows_done`` of them, also an attribute), which the
     caller installs; then it propagates.
     """
-    if on_step is None:  # many rows per call on the CPU when a compiled kernel serves this filter
-        from . import kernels
-
-        compiled = kernels.run_compiled(parts, state, X, Y, sample_weight, batch_size, record, progress)
-        if compiled is not None:
-            return compiled
     outs = []
     start = state.n_seen
     initial = state.belief  # held by the caller: never a workspace

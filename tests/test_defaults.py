@@ -48,10 +48,12 @@ def test_default_lofi_classifier_learns_raw_digits():
 
 
 def test_divergence_is_never_silent():
-    """The papers' parametrisation (prior variance 1 for every weight) on raw digits diverges: a
-    FilterStepError says what to change, and the rows learned before are kept."""
+    """The papers' parametrisation (prior variance 1 for every weight) on raw digits diverges under
+    the EKF update: a FilterStepError says what to change, and the rows learned before are kept. (The
+    default assumed-density update tempers each step by the row's predictive variance and learns
+    there: 0.85 accuracy on the next 400 rows.)"""
     X, y = load_digits(return_X_y=True)
-    clf = LoFiClassifier(prior_variance=1.0, random_state=0)
+    clf = LoFiClassifier(prior_variance=1.0, likelihood="categorical", random_state=0)
     with pytest.raises(FilterStepError, match="prior_variance='auto'.*standardise") as info:
         clf.fit(X[:400], y[:400])
     assert clf.n_samples_seen_ == info.value.rows_done < 400

@@ -22,7 +22,7 @@ from skfilter import EKFRegressor, LoFiClassifier, LoFiRegressor
 from skfilter.dynamics import Dynamics, Reference, apply_dynamics
 from skfilter.filtering import EngineParts, FilterState, filter_step
 from skfilter.kernels import compiled_kernels
-from skfilter.likelihoods import Bernoulli, Categorical, Gaussian, Poisson
+from skfilter.likelihoods import AssumedDensityCategorical, Bernoulli, Categorical, Gaussian, Poisson
 from skfilter.models import make_adapter, make_mlp
 from skfilter.posteriors import (BlockDiagonal, DiagonalCovariance, FullBelief, FullCovariance,
                                  LowRankPrecision, select_hypothesis, stack_beliefs)
@@ -167,6 +167,8 @@ LIKELIHOODS = {
     "gaussian-adaptive": (lambda: Gaussian("adaptive"), 2),
     "bernoulli": (lambda: Bernoulli(), 1),
     "categorical": (lambda: Categorical(), 3),
+    "adf-binary": (lambda: AssumedDensityCategorical(), 1),
+    "adf": (lambda: AssumedDensityCategorical(), 3),
     "poisson": (lambda: Poisson(), 1),
 }
 
@@ -174,9 +176,9 @@ LIKELIHOODS = {
 def _targets(name, n, C, gen):
     if name.startswith("gaussian"):
         return torch.randn(n, C, generator=gen, dtype=DT)
-    if name == "bernoulli":
+    if name in ("bernoulli", "adf-binary"):
         return torch.randint(0, 2, (n, 1), generator=gen).to(DT)
-    if name == "categorical":
+    if name in ("categorical", "adf"):
         return torch.eye(C, dtype=DT)[torch.randint(0, C, (n,), generator=gen)]
     return torch.randint(0, 4, (n, 1), generator=gen).to(DT)
 
@@ -254,7 +256,7 @@ def _structure_class(est_name):
 
 
 def _likelihood_class(est_name):
-    return Categorical if est_name == "lofi-clf" else Gaussian
+    return AssumedDensityCategorical if est_name == "lofi-clf" else Gaussian
 
 
 def _predictions(est, X):

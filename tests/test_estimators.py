@@ -464,9 +464,11 @@ def test_prequential_classifier_equals_predict_proba_before_each_update():
     np.testing.assert_allclose(proba.sum(1), 1.0, rtol=1e-12)
     np.testing.assert_array_equal(labels, est.classes_[proba.argmax(1)])
     np.testing.assert_allclose(np.exp(logp), proba, rtol=1e-12)
-    # row 0: the probit predictive of the prior N(θ0, s0 I): softmax(f / sqrt(1 + π s0 |J_c|² / 8))
+    # row 0: the probit predictive of the prior N(θ0, s0 I): softmax(f / sqrt(1 + π v_c / 8)) with the
+    # shift-free variances v_c = C/(C − 1) s0 |J_c − mean_k J_k|²
     f, J = module_jacobian(net, X[0])
-    z = f / np.sqrt(1 + np.pi * s0 * (J**2).sum(1) / 8)
+    v = 3 / 2 * s0 * ((J - J.mean(0)) ** 2).sum(1)
+    z = f / np.sqrt(1 + np.pi * v / 8)
     np.testing.assert_allclose(proba[0], np.exp(z) / np.exp(z).sum(), rtol=1e-10)
     # row t: predict_proba of the belief after rows 0..t-1
     for t in (1, 7, 19):

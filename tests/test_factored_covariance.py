@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from skfilter.dynamics import Dynamics, Reference
 from skfilter.exceptions import FilterStepError
 from skfilter.filtering import EngineParts, FilterState, run_filter
-from skfilter.kernels._dispatch import plan_for
+from skfilter.stepping import plan_for
 from skfilter.likelihoods import Gaussian
 from skfilter.models import make_adapter, make_mlp
 from skfilter.posteriors import (CholeskyFactor, FactoredBelief, FactoredCovariance, FullCovariance,
@@ -136,22 +136,56 @@ def test_hilofi_with_a_zero_hidden_factor_is_bayesian_linear_regression_on_the_l
 
 
 @pytest.mark.parametrize("hidden_rank,q_hidden", [(1, 0.0), (3, 0.01), (D_H, 0.002)])
-def test_lolofi_with_full_last_rank_and_no_last_noise_is_hilofi(hidden_rank, q_hidden):
+@pytest.mark.parametrize("q_last", [0.0, 0.01])
+def test_lolofi_with_full_last_rank_is_hilofi(hidden_rank, q_hidden, q_last):
+    """LoLoFi's factors take the process noise through ``S`` and the gains only (eqs. 53, 77), so with
+    ``d_l ≥ D_l`` its last block is HiLoFi's Cholesky block for any ``q_l`` (the HiLoFi compared has
+    the same rule on its hidden factor)."""
     X, Y, mu0 = _stream(2, 25)
-    hilofi = FactoredCovariance.hilofi(HIDDEN, LAST, hidden_rank)
+    hilofi = FactoredCovariance({"hidden": (HIDDEN, LowRankFactor(hidden_rank, keep_process_noise=False)),
+                                 "last": (LAST, CholeskyFactor())})
     lolofi = FactoredCovariance.lolofi(HIDDEN, LAST, hidden_rank, last_rank=D_L)
-    q = _block_noise(q_hidden, 0.0)
+    q = _block_noise(q_hidden, q_last)
     a = _run(hilofi, hilofi.prior(mu0, 0.5), X, Y, q=q)
     b = _run(lolofi, lolofi.prior(mu0, 0.5), X, Y, q=q)
     torch.testing.assert_close(a.mean, b.mean, rtol=1e-9, atol=1e-10)
     torch.testing.assert_close(_gram(a.factors[1]), _gram(b.factors[1]), rtol=1e-9, atol=1e-11)
     torch.testing.assert_close(_gram(a.factors[0]), _gram(b.factors[0]), rtol=1e-8, atol=1e-10)
-    # with last-layer noise they differ: LoLoFi keeps +q_l I in the projection, HiLoFi drops it (P4)
-    q = _block_noise(q_hidden, 0.01)
-    a = _run(hilofi, hilofi.prior(mu0, 0.5), X, Y, q=q)
-    b = _run(lolofi, lolofi.prior(mu0, 0.5), X, Y, q=q)
-    assert float((_gram(a.factors[1]) - _gram(b.factors[1])).abs().max()) > 1e-4
-    assert float((a.mean - b.mean).abs().max()) > 1e-6
+    # Alg. 3 as printed (P_{d,+q} on both factors) against Alg. 2 as printed (P_{d,+q} on the hidden one):
+    # the same for q_l = 0 and any q_h (spec/hilofi.md, acceptance (c)); for q_l > 0 the printed
+    # LoLoFi keeps +q_l I in the last projection, HiLoFi drops it (P4)
+    printed = FactoredCovariance.lolofi(HIDDEN, LAST, hidden_rank, last_rank=D_L, keep_process_noise=True)
+    hilofi_printed = FactoredCovariance.hilofi(HIDDEN, LAST, hidden_rank)
+    c = _run(printed, printed.prior(mu0, 0.5), X, Y, q=q)
+    d = _run(hilofi_printed, hilofi_printed.prior(mu0, 0.5), X, Y, q=q)
+    if q_last:
+        assert float((_gram(d.factors[1]) - _gram(c.factors[1])).abs().max()) > 1e-4
+    else:
+        torch.testing.assert_close(c.mean, d.mean, rtol=1e-9, atol=1e-10)
+        torch.testing.assert_close(_gram(c.factors[0]), _gram(d.factors[0]), rtol=1e-8, atol=1e-10)
+        torch.testing.assert_close(_gram(c.factors[1]), _gram(d.factors[1]), rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_a_direction_the_rows_never_reach_keeps_its_variance_unless_noise_is_kept(keep):
+    """Rows on the first two of four coordinates, a full-rank factor, random walk ``q`` per step: the
+    two unreached coordinates keep ``v`` (``keep_process_noise=False``) or grow to ``v + T q`` in the
+    factor (``True``, the ``+q I`` of eq. 102); the reached block is the same in both up to that
+    bookkeeping of ``q`` (the gain sees ``CᵀC + q I`` either way)."""
+    v, q, T = 0.5, 0.01, 30
+    structure = FactoredCovariance({"all": (slice(None), LowRankFactor(4, keep_process_noise=keep))})
+    belief = structure.prior(torch.zeros(4, dtype=F64), v)
+    g = _gen(3)
+    for _ in range(T):
+        belief = structure.transition(belief, 1.0, q, None)
+        Hw = torch.zeros(1, 4, dtype=F64)
+        Hw[0, :2] = torch.randn(2, generator=g, dtype=F64)
+        belief, _ = structure.update(belief, Hw, torch.randn(1, generator=g, dtype=F64))
+    gram = _gram(belief.factors[0])
+    expected = v + T * q if keep else v
+    torch.testing.assert_close(gram[2:, 2:], expected * torch.eye(2, dtype=F64), rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(gram[:2, 2:], torch.zeros(2, 2, dtype=F64), rtol=0, atol=1e-12)
+    assert float(torch.linalg.eigvalsh(gram[:2, :2]).max()) < v  # the reached block contracted
 
 
 # ---------------------------------------------------------------------------------------------
@@ -182,7 +216,9 @@ def _dense_paper_step(structure, belief, Hw, ew):
             inner = Sp if kind.exact_process_noise else _gram(B)  # the paper drops q_l (eq. 77)
             grams.append(A @ inner @ A.T + K @ K.T)
         else:
-            T = A @ _gram(B) @ A.T + K @ K.T + belief.pending[b] * torch.eye(B.shape[-1], dtype=F64)
+            T = A @ _gram(B) @ A.T + K @ K.T
+            if kind.keep_process_noise:  # eq. 102's +q I (LoLoFi's factors drop it: eqs. 53, 77)
+                T = T + belief.pending[b] * torch.eye(B.shape[-1], dtype=F64)
             grams.append(_best_rank(T, min(kind.rank, B.shape[-1])))
     return mean, grams, S
 
@@ -191,6 +227,7 @@ CONFIGS = {
     "hilofi": lambda: FactoredCovariance.hilofi(HIDDEN, LAST, 3),
     "hilofi-exact-q": lambda: FactoredCovariance.hilofi(HIDDEN, LAST, 3, exact_process_noise=True),
     "lolofi": lambda: FactoredCovariance.lolofi(HIDDEN, LAST, 3, 2),
+    "lolofi-printed": lambda: FactoredCovariance.lolofi(HIDDEN, LAST, 3, 2, keep_process_noise=True),
     "lrkf": lambda: FactoredCovariance.lrkf(4),
     "lrkf-full": lambda: FactoredCovariance.lrkf(P),
 }
@@ -479,6 +516,8 @@ def test_invalid_configurations_are_rejected():
         LowRankFactor(0)
     with pytest.raises(ValueError, match="init"):
         LowRankFactor(2, init="identity")
+    with pytest.raises(TypeError, match="keep_process_noise"):
+        LowRankFactor(2, keep_process_noise="no")
     with pytest.raises(TypeError, match="kind"):
         FactoredCovariance({"a": (slice(None), "full")})
     with pytest.raises(ValueError, match="non-empty"):

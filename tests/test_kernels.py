@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from skfilter import EKFClassifier, EKFRegressor, LoFiClassifier, LoFiRegressor
+from skfilter import EKFClassifier, EKFRegressor, LoFiClassifier, LoFiRegressor, stepping
 from skfilter.exceptions import FilterStepError
 from skfilter.kernels import AVAILABLE, compiled_kernels, enabled
 from skfilter.posteriors import DiagonalCovariance, FullCovariance, LowRankPrecision
@@ -259,12 +259,12 @@ def test_numerical_failure_keeps_the_last_good_belief():
 
 
 def test_interrupt_between_kernel_calls_keeps_the_rows_learned():
-    from skfilter.kernels import _dispatch
+
 
     X, y = _regression(50)
     make = lambda: LoFiRegressor(hidden_layer_sizes=(5,), rank=2, prior_variance=0.5, obs_variance=0.1,  # noqa: E731
                                  random_state=0)
-    original = _dispatch.lofi_rows
+    original = stepping.lofi_rows
     calls = [0]
 
     def interrupted(*args):
@@ -274,7 +274,7 @@ def test_interrupt_between_kernel_calls_keeps_the_rows_learned():
         return original(*args)
 
     est = make()
-    with mock.patch.object(_dispatch, "CHUNK_ROWS", 8), mock.patch.object(_dispatch, "lofi_rows", interrupted):
+    with mock.patch.object(stepping, "CHUNK_ROWS", 8), mock.patch.object(stepping, "lofi_rows", interrupted):
         with pytest.raises(KeyboardInterrupt):
             est.fit(X, y)
     assert est.n_samples_seen_ == 16
@@ -412,15 +412,15 @@ def test_run_length_hypotheses_on_the_kernel_equal_torch_engine(base):
 
 
 def test_large_full_covariance_stays_on_the_torch_engine():
-    from skfilter.kernels import _dispatch
+
 
     X, y = _regression(5)
     est = EKFRegressor(hidden_layer_sizes=(60,), random_state=0).fit(X[:2], y[:2])
-    assert est.n_params_ <= _dispatch.FULL_KERNEL_MAX_PARAMS
-    assert _dispatch.plan_for(est._engine_parts(), est.filter_state_, None) is not None
+    assert est.n_params_ <= stepping.FULL_KERNEL_MAX_PARAMS
+    assert stepping.plan_for(est._engine_parts(), est.filter_state_, None) is not None
     big = EKFRegressor(hidden_layer_sizes=(500,), random_state=0).fit(X[:2], y[:2])
-    assert big.n_params_ > _dispatch.FULL_KERNEL_MAX_PARAMS
-    assert _dispatch.plan_for(big._engine_parts(), big.filter_state_, None) is None
+    assert big.n_params_ > stepping.FULL_KERNEL_MAX_PARAMS
+    assert stepping.plan_for(big._engine_parts(), big.filter_state_, None) is None
 
 
 PREDICTORS = {
@@ -430,6 +430,7 @@ PREDICTORS = {
     "full": lambda: EKFRegressor(hidden_layer_sizes=(7, 4), activation="tanh", random_state=0),
     "lofi-f32": lambda: LoFiRegressor(hidden_layer_sizes=(7,), rank=3, dtype="float32", random_state=0),
     "lofi-clf": lambda: LoFiClassifier(hidden_layer_sizes=(7,), rank=3, random_state=0),
+    "full-clf": lambda: EKFClassifier(hidden_layer_sizes=(7,), random_state=0),
     "fd-clf": lambda: EKFClassifier(hidden_layer_sizes=(7,), covariance="fd", random_state=0),
 }
 
@@ -456,7 +457,7 @@ def test_compiled_predictive_equals_torch_path(name):
 def test_stiff_capacitance_takes_the_torch_predictive():
     """A belief holding a stiff direction (a row of 1e7 learned with small noise): the kernel reports
     its capacitance as stiff and predict takes the torch path's square-root form."""
-    from skfilter.kernels import linearized_compiled
+    from skfilter.stepping import linearized_compiled
 
     X, y = _regression(40)
     X[20] = 1e7
@@ -508,14 +509,14 @@ def test_multi_output_predictive_weighting_on_the_kernel():
 
 
 def test_user_weighting_stays_on_the_torch_engine():
-    from skfilter.kernels import _dispatch
+
     from skfilter import WoLFRegressor
 
     X, y = _regression(20)
     wolf = WoLFRegressor(LoFiRegressor(hidden_layer_sizes=(5,), rank=2, random_state=0),
                          weighting=lambda e, S: torch.ones(e.shape[:-1], dtype=e.dtype)).fit(X, y)
     base = wolf.estimator_
-    assert _dispatch.plan_for(base._engine_parts(), base.filter_state_, None) is None
+    assert stepping.plan_for(base._engine_parts(), base.filter_state_, None) is None
 
 
 def test_cached_plans_do_not_keep_estimators_alive():
@@ -553,7 +554,6 @@ def test_later_calls_under_the_auto_prior_stay_compiled():
     prior variance of ~1e31 (rounding residue of its standardisation), so every later step whose rows
     vary in it was stiff and handed back to the torch engine (~215 of 300 steps, 20x slower). Later
     calls now stay on the kernel (no hand-back), equal to the torch engine's."""
-    from skfilter import kernels
 
     X, y = _regression(300, d=4)
     X[:20, 2] = -0.8471439  # constant in the first call, not exactly representable as a mean
@@ -562,21 +562,20 @@ def test_later_calls_under_the_auto_prior_stay_compiled():
         ref = make().partial_fit(X[:20], y[:20])
         ref.partial_fit(X[20:], y[20:])
     est = make().partial_fit(X[:20], y[:20])
-    before = kernels.handed_back()
+    before = stepping.handed_back()
     est.partial_fit(X[20:], y[20:])
-    assert kernels.handed_back() == before
+    assert stepping.handed_back() == before
     _assert_same_state(est, ref)
     _assert_same_predictions(est, ref, X[:7])
 
 
 def test_hand_backs_are_counted():
-    from skfilter import kernels
 
     X, y = _regression(60)
     X[30] = 1e7  # a stiff row (test_stiff_row_is_handed_to_the_torch_engine)
-    before = kernels.handed_back()
+    before = stepping.handed_back()
     LoFiRegressor(hidden_layer_sizes=(5,), rank=3, obs_variance=0.01, prior_variance=1.0, random_state=0).fit(X, y)
-    assert kernels.handed_back() > before
+    assert stepping.handed_back() > before
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(decay=0.99, process_noise=1e-4), dict(covariance="vd"),

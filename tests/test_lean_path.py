@@ -1,5 +1,5 @@
 """The lean one-row path (issue 29): ``partial_fit`` of one plain row on the compiled kernels with
-minimal Python (:meth:`BaseFilter._lean_fit`, :meth:`~skfilter.kernels._dispatch.KernelPlan.run_row`)
+minimal Python (:meth:`BaseFilter._lean_fit`, :meth:`~skfilter.stepping.KernelPlan.run_row`)
 and the lean one-row predictions (:meth:`BaseFilter._lean_rows`, ``_lean_outputs``).
 
 Every case is compared with the full path (:func:`test_call_overhead.full_paths`: no memo, hence no
@@ -21,7 +21,7 @@ import torch
 from skfilter import LoFiClassifier, LoFiRegressor, EKFRegressor, WoLFRegressor, kernels
 from skfilter._estimator import BaseFilter
 from skfilter.exceptions import FilterStepError
-from skfilter.kernels import _dispatch
+from skfilter import stepping
 from skfilter.kernels.lofi import REDO_STEP
 
 from test_bad_input import assert_unchanged, snapshot
@@ -240,7 +240,7 @@ def test_a_failed_or_interrupted_lean_step_keeps_the_last_good_belief(exc):
     est = REGRESSORS["lofi"]().fit(X[:10], y[:10])
     _loop(est, X, y, range(10, 14))
     state, n_iter, curve = est.filter_state_, est.n_iter_, list(est.loss_curve_)
-    with _Count(), mock.patch.object(_dispatch, "lofi_rows", side_effect=exc):
+    with _Count(), mock.patch.object(stepping, "lofi_rows", side_effect=exc):
         with pytest.raises(type(exc)) as info:
             est.partial_fit(X[14][None], [y[14]])
     assert info.value.rows_done == 0 and info.value.last_good_state is state
@@ -260,20 +260,20 @@ def test_a_step_the_kernel_hands_back_takes_the_full_path():
     _loop(lean, X, y, range(10, 14))
     with full_paths():
         _loop(full, X, y, range(10, 14))
-    original = _dispatch.lofi_rows
+    original = stepping.lofi_rows
 
     def stiff(X_, *args):  # the kernel stops at row 14's step: the torch engine does it
         if X_.shape[0] and calls.append(1) is None and len(calls) <= 2:
             return 0, REDO_STEP, args[16]  # the last good belief: the slot the kernel was to read
         return original(X_, *args)
 
-    before = kernels.handed_back()
+    before = stepping.handed_back()
     calls = []
-    with _Count() as count, mock.patch.object(_dispatch, "lofi_rows", stiff):
+    with _Count() as count, mock.patch.object(stepping, "lofi_rows", stiff):
         lean.partial_fit(X[14][None], [y[14]])  # lean: handed back, then the full path: handed back
-    assert count.served == 0 and kernels.handed_back() - before == 1
+    assert count.served == 0 and stepping.handed_back() - before == 1
     calls = [1]
-    with full_paths(), mock.patch.object(_dispatch, "lofi_rows", stiff):
+    with full_paths(), mock.patch.object(stepping, "lofi_rows", stiff):
         full.partial_fit(X[14][None], [y[14]])
     _assert_same_estimators(lean, full)
 

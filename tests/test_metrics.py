@@ -399,3 +399,13 @@ def test_module_docstring_examples_run():
     for mod in (metrics, model_selection):
         res = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)
         assert res.attempted > 0 and res.failed == 0, mod
+
+
+def test_ece_hand_computed_two_bins():
+    # confidences 0.6 (right), 0.6 (wrong) in (0.4, 0.6]; 0.9, 0.9 (both right) in (0.8, 1.0]:
+    # ECE = 2/4 |0.5 − 0.6| + 2/4 |1.0 − 0.9| = 0.1
+    y = [0, 1, 0, 1]
+    p = [[0.6, 0.4], [0.6, 0.4], [0.9, 0.1], [0.1, 0.9]]
+    assert expected_calibration_error(y, p, n_bins=5) == pytest.approx(0.1, abs=1e-12)
+    # one bin: |3/4 − 0.75| = 0
+    assert expected_calibration_error(y, p, n_bins=1) == pytest.approx(0.0, abs=1e-12)

@@ -126,21 +126,20 @@ class _RecordingBar:
 def test_base_filter_bar_moves_between_kernel_chunks(monkeypatch):
     """A long one-pass fit runs in the compiled kernels, which return to Python every
     ``CHUNK_ROWS`` rows: the bar is updated there, not only at the end."""
-    from skfilter import kernels
-    from skfilter.kernels import _dispatch
+    from skfilter import stepping
 
     bars, compiled = [], []
     monkeypatch.setattr(skfilter._estimator, "progress_bar",
                         lambda enabled, total, desc: bars.append(_RecordingBar(total)) or bars[-1] if enabled else None)
-    run = kernels.run_compiled
+    run = stepping.run_compiled
 
     def recording_run(*args):
         out = run(*args)
         compiled.append(out is not None)
         return out
 
-    monkeypatch.setattr(kernels, "run_compiled", recording_run)
-    n = 3 * _dispatch.CHUNK_ROWS + 5
+    monkeypatch.setattr(stepping, "run_compiled", recording_run)
+    n = 3 * stepping.CHUNK_ROWS + 5
     Xl = np.random.default_rng(1).normal(size=(n, 2))
     LoFiRegressor(hidden_layer_sizes=(4,), rank=2, random_state=0, verbose=1).fit(Xl, Xl[:, 0])
     assert compiled == [True]

@@ -20,6 +20,9 @@ Commands (one module each, registered in :data:`COMMANDS`):
 ``defaults`` (:mod:`skfilter.benchmarks.defaults`)
     Every estimator with default parameters on scikit-learn's bundled data sets (and concrete), raw
     and standardised, beside ``MLPClassifier``/``MLPRegressor``/``BayesianRidge``.
+``calibration`` (:mod:`skfilter.benchmarks.calibration`)
+    Every default classifier's held-out log-loss, expected calibration error and accuracy beside the
+    same estimator behind ``CalibratedClassifierCV(cv=3, method='sigmoid')`` (issue 30).
 ``prior-rows`` (:mod:`skfilter.benchmarks.prior_rows`)
     The ``'auto'`` prior set from the first ``k`` rows, then one row at a time (issue 29): divergences
     after a small or unrepresentative start, and prequential scores against ``k`` (the default ``N``).
@@ -102,6 +105,7 @@ COMMANDS = {
     "speed": ".speed",
     "uci": ".uci",
     "defaults": ".defaults",
+    "calibration": ".calibration",
     "prior-rows": ".prior_rows",
     "wolf-tracking": ".wolf_tracking",
     "wolf-uci": ".wolf_uci",

@@ -194,7 +194,7 @@ class Stepper:
     def step(self, i, X=None, Y=None):
         """Learn row ``i`` of the stream (or the given tensors ``X (1, D)``, ``Y (1, C)``); returns the
         one-step-ahead summary of the row as a 1-d NumPy array."""
-        from ..filtering import filter_step
+        from ..stepping import filter_step
         from ..runlength import runlength_step
 
         Xi = self.X[i:i + 1] if X is None else X
@@ -210,7 +210,7 @@ class Stepper:
 
     def learn(self, X, Y):
         """Learn one row given as tensors, without the prediction (bandits: the played arm)."""
-        from ..filtering import filter_step
+        from ..stepping import filter_step
         from ..runlength import runlength_step
 
         if self.is_bocd:

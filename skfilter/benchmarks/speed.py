@@ -29,7 +29,7 @@ and its load, ratios much less. The targets of issue 18 were set when that refer
     ``--n-rows`` rows from scratch) and of a later ``partial_fit`` of as many rows, also after a first
     call of 20 rows in which one feature is constant (concrete's fly ash is 0 in many rows: the case
     whose ``'auto'`` prior made later steps stiff), with the steps the compiled kernels handed to the
-    torch engine per call (:func:`skfilter.kernels.handed_back`; 0 expected). **One-row calls**:
+    torch engine per call (:func:`skfilter.stepping.handed_back`; 0 expected). **One-row calls**:
     ``predict`` + ``partial_fit`` of one row per call for ``LoFiRegressor``, ``predict_proba`` +
     ``partial_fit`` for ``LoFiClassifier`` (three classes from the target's quantiles), ``WoLFRegressor``
     and ``BOCDRegressor`` (default ``n_hypotheses``, :data:`CALLS_BOCD_ROWS` rows) around the same
@@ -559,7 +559,7 @@ def time_calls(stream, n_rows=DEFAULT_N_ROWS, repeats=5, device="cpu", dtype="fl
     """The ``calls`` section (module docstring): rows :data:`CALL_ROWS`, µs/row each, with ``ratio``
     to the row named in ``ref`` and ``handed_back`` (steps the compiled kernels handed to the torch
     engine per timed call, the later-call rows)."""
-    from .. import BOCDRegressor, LoFiClassifier, LoFiRegressor, WoLFRegressor, kernels
+    from .. import BOCDRegressor, LoFiClassifier, LoFiRegressor, WoLFRegressor, stepping
 
     def reg():
         return LoFiRegressor(hidden_layer_sizes=(50,), rank=10, device=device, dtype=dtype, random_state=seed)
@@ -586,9 +586,9 @@ def time_calls(stream, n_rows=DEFAULT_N_ROWS, repeats=5, device="cpu", dtype="fl
 
     def counted(name, fn):
         def run():
-            before = kernels.handed_back()
+            before = stepping.handed_back()
             fn()
-            counts.setdefault(name, []).append(kernels.handed_back() - before)
+            counts.setdefault(name, []).append(stepping.handed_back() - before)
         return run
 
     def first_call(Xf, yf):

@@ -62,7 +62,7 @@ from ..exceptions import EntityColumnsWarning, FilterStepError
 from .. import kernels as _kernels
 from ..kernels.factorization import kernel_plan, predict_events_compiled, run_events_compiled, serves
 from .._validation import PrefixedParamsMixin, ValidatedParamsMixin, check_parameter_constraints
-from ..likelihoods import Bernoulli, Categorical, Gaussian, Poisson, probit_probabilities
+from ..likelihoods import Bernoulli, Categorical, Gaussian, Poisson, probit_probabilities, shift_free_logit_variance
 from ..priors import input_standardization, target_scale
 from ..stream_start import DEFAULT_PRIOR_ROWS, StreamStart, copy_rows, generator_for
 from .columns import ambiguity_message, entity_column_roles
@@ -1314,7 +1314,7 @@ class FactorizationClassifier(ClassifierMixin, _FactorizationBase):
         if rec is not None:
             return rec[:, 3:5].astype(self._np_dtype())
         f, quad = lin
-        p = probit_probabilities(f, quad.diagonal(dim1=-2, dim2=-1), binary=f.shape[-1] == 1)
+        p = probit_probabilities(f, shift_free_logit_variance(quad), binary=f.shape[-1] == 1)
         return p.detach().cpu().numpy()
 
     def _format(self, n_head, body, return_std, method):

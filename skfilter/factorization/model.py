@@ -24,8 +24,12 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from ..kernels.factorization import (LIK_ADAPTIVE, LIK_BERNOULLI, LIK_GAUSSIAN, LIK_POISSON, SIG_CP, SIG_FM2,
+                                      SIG_LINEAR)
+from ..likelihoods import Bernoulli, Gaussian, Poisson
 from .dekf import dekf_update, event_log_likelihood, finite_or_raise, lazy_predict
 from .entities import EntityPrior, EntityTable
+from .signals import CPFactorization, FactorizationMachine, LinearSignal, MatrixFactorization
 
 __all__ = ["Slot", "FactorizationFilter"]
 
@@ -90,6 +94,42 @@ class FactorizationFilter:
         self.has_bias = bias_prior is not None
         self.time = 0
         self.noise = likelihood.initial_state(self.d, self.device, dtype)
+
+    def kernel_codes(self):
+        """The model as the compiled DEKF (:mod:`skfilter.kernels.factorization`) takes it:
+        ``(signal code, FM linear term, CP bias offset, CP order, CP context, likelihood code)``, or
+        None for a model it does not run (an FM of order ≠ 2, context on an entity slot, a robust
+        or multi-output Gaussian, another likelihood or signal)."""
+        sig = self.signal
+        n_slots = len(self.slots)
+        if type(sig) is LinearSignal:
+            s = (SIG_LINEAR, 0, 0, 0, 0)
+        elif type(sig) is FactorizationMachine:
+            if sig.order != 2:
+                return None
+            s = (SIG_FM2, int(sig.linear), 0, 0, 0)
+        elif type(sig) in (MatrixFactorization, CPFactorization):
+            if n_slots != sig.n_slots or any(sl.context for sl in self.slots[:sig.order]):
+                return None
+            if sig.context and not self.slots[-1].context:
+                return None
+            s = (SIG_CP, 0, int(sig.biases), sig.order, int(sig.context))
+        else:
+            return None
+        lik = self.likelihood
+        if type(lik) is Gaussian:
+            if lik.robust_threshold is not None:
+                return None
+            code = LIK_ADAPTIVE if lik.adaptive else LIK_GAUSSIAN
+            if self.noise is None or tuple(self.noise["r"].shape) != (1,):
+                return None
+        elif type(lik) is Bernoulli:
+            code = LIK_BERNOULLI
+        elif type(lik) is Poisson:
+            code = LIK_POISSON
+        else:
+            return None
+        return s + (code,)
 
     def __getstate__(self):
         # the compiled kernel's plan views this object's tensors: a copy builds its own

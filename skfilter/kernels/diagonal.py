@@ -24,8 +24,8 @@ from numba import njit
 from .linalg import all_finite, cholesky_into, solve_lower
 from .lofi import DONE, REDO_STEP
 from .mlp import mlp_buffers, mlp_forward_jacobian
-from .observations import (PREDICTIVE_WEIGHTING, observation_buffers, outputs_within, record_outputs, restore,
-                           weigh_and_observe)
+from .observations import (PREDICTIVE_LIKELIHOOD, PREDICTIVE_WEIGHTING, observation_buffers, outputs_within,
+                           record_outputs, restore, weigh_and_observe)
 
 
 @njit(cache=True, nogil=True)
@@ -76,7 +76,7 @@ def diagonal_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, means, va
         if max_abs > 0.0 and not outputs_within(F[:nb], max_abs):
             return row, REDO_STEP, cur
         # 3. the prior predictive J diag(v⁻) Jᵀ (recorded, or for a predictive weighting)
-        if record or weight_kind == PREDICTIVE_WEIGHTING:
+        if record or weight_kind == PREDICTIVE_WEIGHTING or likelihood == PREDICTIVE_LIKELIHOOD:
             for i in range(nb):
                 for c in range(C):
                     for c2 in range(c + 1):

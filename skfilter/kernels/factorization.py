@@ -552,43 +552,6 @@ def scratch_sizes(nblk: int, Kmax: int):
     return 3 * kk + 3 * kk * Kmax, 3 * kk + 5 * Kmax + nblk
 
 
-def _codes(filt):
-    """``(signal code, fm linear, cp offset, cp order, cp context, likelihood code)`` or None."""
-    from ..factorization.signals import CPFactorization, FactorizationMachine, LinearSignal, MatrixFactorization
-    from ..likelihoods import Bernoulli, Gaussian, Poisson
-
-    sig = filt.signal
-    n_slots = len(filt.slots)
-    if type(sig) is LinearSignal:
-        s = (SIG_LINEAR, 0, 0, 0, 0)
-    elif type(sig) is FactorizationMachine:
-        if sig.order != 2:
-            return None
-        s = (SIG_FM2, int(sig.linear), 0, 0, 0)
-    elif type(sig) in (MatrixFactorization, CPFactorization):
-        if n_slots != sig.n_slots or any(sl.context for sl in filt.slots[:sig.order]):
-            return None
-        if sig.context and not filt.slots[-1].context:
-            return None
-        s = (SIG_CP, 0, int(sig.biases), sig.order, int(sig.context))
-    else:
-        return None
-    lik = filt.likelihood
-    if type(lik) is Gaussian:
-        if lik.robust_threshold is not None:
-            return None
-        code = LIK_ADAPTIVE if lik.adaptive else LIK_GAUSSIAN
-        if filt.noise is None or tuple(filt.noise["r"].shape) != (1,):
-            return None
-    elif type(lik) is Bernoulli:
-        code = LIK_BERNOULLI
-    elif type(lik) is Poisson:
-        code = LIK_POISSON
-    else:
-        return None
-    return s + (code,)
-
-
 def serves(filt) -> bool:
     """Whether :func:`run_events_compiled` handles ``filt`` (a
     :class:`~skfilter.factorization.model.FactorizationFilter`): the kernels on
@@ -604,7 +567,7 @@ def serves(filt) -> bool:
         names = [s.name for s in filt.slots] + (["bias"] if filt.has_bias else [])
         if len(set(names)) != len(names) or not filt.slots:
             return False
-        codes = _codes(filt)
+        codes = filt.kernel_codes()
         if codes is None:
             return False
         for s, slot in enumerate(filt.slots):
@@ -663,7 +626,7 @@ class KernelPlan:
     (:func:`kernel_plan`); one-event calls (:meth:`predict_one`, :meth:`learn_one`) cost a few µs."""
 
     def __init__(self, filt):
-        sig, fm_lin, cp_off, cp_order, cp_ctx, lik = _codes(filt)
+        sig, fm_lin, cp_off, cp_order, cp_ctx, lik = filt.kernel_codes()
         self.filt = filt
         self.dtype = filt.dtype
         self.np_dtype = np.float64 if filt.dtype == torch.float64 else np.float32

@@ -26,8 +26,8 @@ from numba import njit
 from .linalg import all_finite, cholesky_into, rows_times_symmetric, solve_lower
 from .lofi import DONE, REDO_STEP
 from .mlp import mlp_buffers, mlp_forward_jacobian
-from .observations import (PREDICTIVE_WEIGHTING, observation_buffers, outputs_within, record_outputs, restore,
-                           weigh_and_observe)
+from .observations import (PREDICTIVE_LIKELIHOOD, PREDICTIVE_WEIGHTING, observation_buffers, outputs_within,
+                           record_outputs, restore, weigh_and_observe)
 
 
 @njit(cache=True, nogil=True)
@@ -70,7 +70,7 @@ def full_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, mean, cov, li
         if max_abs > 0.0 and not outputs_within(F[:nb], max_abs):
             return row, REDO_STEP, 0
         # 3. the prior predictive J Σ⁻ Jᵀ (raw rows; a pass over Σ only when recorded or weighted by it)
-        if record or weight_kind == PREDICTIVE_WEIGHTING:
+        if record or weight_kind == PREDICTIVE_WEIGHTING or likelihood == PREDICTIVE_LIKELIHOOD:
             U = np.dot(cov, H[:m].T)  # (P, m), Σ symmetric
             for i in range(nb):
                 for c in range(C):

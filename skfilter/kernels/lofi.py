@@ -22,8 +22,8 @@ from numba import njit
 
 from .linalg import FAST, all_finite, cholesky_into, cholesky_solve, combine_rows, gram_into, solve_lower
 from .mlp import map_row, mlp_buffers, mlp_forward_jacobian
-from .observations import (PREDICTIVE_WEIGHTING, observation_buffers, outputs_within, record_outputs, restore,
-                           weigh_and_observe)
+from .observations import (PREDICTIVE_LIKELIHOOD, PREDICTIVE_WEIGHTING, observation_buffers, outputs_within,
+                           record_outputs, restore, weigh_and_observe)
 
 #: status codes returned by the kernels
 DONE, REDO_STEP = 0, 1
@@ -182,7 +182,7 @@ def lofi_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, in_scale, in_
                 scaled[a, j] = tilde[a, j] * inv_diag[j]
         # 3. the prior predictive (recorded, or for a predictive weighting):
         #    J Σ⁻ Jᵀ = J Υ⁻¹ Jᵀ − A M⁻¹ Aᵀ, A = J Υ⁻¹ W, M = I + Wᵀ Υ⁻¹ W
-        if record or weight_kind == PREDICTIVE_WEIGHTING:
+        if record or weight_kind == PREDICTIVE_WEIGHTING or likelihood == PREDICTIVE_LIKELIHOOD:
             gram_into(tilde[:k], scaled[:k], inner_buf)
             inner = inner_buf[:k, :k]
             trace = 0.0

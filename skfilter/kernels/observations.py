@@ -8,6 +8,9 @@ preallocated buffers. Likelihood codes are those of :data:`LIKELIHOOD_CODES`:
 * Bernoulli: ``p = σ(f)``, ``v = p(1 − p)``, ``Hw = J √v``, ``ẽ = (y − p)/√v``;
 * categorical (the exact logit-space update): ``p = softmax(f)``,
   ``Hw = diag(√p) (J − 1 pᵀJ)``, ``ẽ = (y − p)/√p``;
+* assumed density filtering (:class:`~skfilter.likelihoods.AssumedDensityCategorical`, one logit or
+  ``C``): ``Hw = B J``, ``ẽ`` from the row's prior predictive ``J Σ⁻ Jᵀ``, which the kernels then
+  compute for every step;
 
 each row then scaled by ``√w`` of its sample weight. With a robust weighting (WoLF, Gaussian
 likelihood; :func:`robust_step_weights`) the weight of a row is ``w · W²``, ``W`` computed from its
@@ -26,7 +29,9 @@ from numba import njit
 from .linalg import cholesky_into, solve_lower
 
 #: likelihood class name → code used by the compiled kernels
-LIKELIHOOD_CODES = {"Gaussian": 0, "Bernoulli": 1, "Categorical": 2}
+LIKELIHOOD_CODES = {"Gaussian": 0, "Bernoulli": 1, "Categorical": 2, "AssumedDensityCategorical": 3}
+#: the likelihood code whose whitening needs the rows' prior predictive ``J Σ⁻ Jᵀ``
+PREDICTIVE_LIKELIHOOD = 3
 #: weighting-function class name (:mod:`skfilter.weighting`) → code of :func:`robust_step_weights`
 #: (Gaussian likelihood only); 0 is no weighting
 WEIGHTING_CODES = {"IMQ": 1, "MahalanobisIMQ": 2, "ThresholdedMahalanobis": 3, "Huber": 4,
@@ -105,13 +110,132 @@ def gaussian_noise_step(noise, F, Y, w, has_weights, params, scale):
 
 
 @njit(cache=True, nogil=True)
-def whiten_rows(code, f, y, J, scale, weight, ew, tiny, pj):
+def _adf_binary(f, y, J, ew, s, sw, tiny):
+    """:class:`~skfilter.likelihoods.AssumedDensityCategorical` for one logit, ``s = J Σ⁻ Jᵀ``."""
+    kappa = 1.0 / np.sqrt(1.0 + (np.pi / 8.0) * s)
+    p = 1.0 / (1.0 + np.exp(-kappa * f[0]))
+    r = max(p * (1.0 - p), tiny)
+    keep = max(1.0 - s * kappa * kappa * r, tiny)
+    ew[0] = (y[0] - p) / np.sqrt(r * keep) * sw
+    a = kappa * np.sqrt(r / keep) * sw
+    row = J[0]
+    for j in range(row.shape[0]):
+        row[j] *= a
+
+
+@njit(cache=True, nogil=True)
+def _adf_categorical(f, y, J, ew, Q, sw, tiny, pj):
+    """:class:`~skfilter.likelihoods.AssumedDensityCategorical` for ``C ≥ 2`` logits, ``Q = J Σ⁻ Jᵀ``:
+    ``Hw = T Gᵀ J``, ``ew = T ẽ`` with ``Gᵀ J = diag(√p̃)(I − 1p̃ᵀ) K Π J`` and
+    ``T = (I − GᵀQG)^{−½}`` (the torch code's steps); ``pj`` a ``(P,)`` work buffer."""
+    C, P = J.shape
+    dt = J.dtype
+    # the shift-free variances, κ and p̃ = softmax(κ ⊙ f)
+    A = np.empty((C, C), dtype=dt)
+    rmean = np.empty(C, dtype=dt)
+    for c in range(C):
+        t = 0.0
+        for k in range(C):
+            t += Q[c, k]
+        rmean[c] = t / C
+    total = 0.0
+    for c in range(C):
+        total += rmean[c]
+    total /= C
+    kappa = np.empty(C, dtype=dt)
+    z = np.empty(C, dtype=dt)
+    for c in range(C):
+        v = max(Q[c, c] - 2.0 * rmean[c] + total, 0.0) * (C / (C - 1.0))
+        kappa[c] = 1.0 / np.sqrt(1.0 + (np.pi / 8.0) * v)
+        z[c] = kappa[c] * f[c]
+    top = z[0]
+    for c in range(1, C):
+        top = max(top, z[c])
+    p = np.empty(C, dtype=dt)
+    tot = 0.0
+    for c in range(C):
+        p[c] = np.exp(z[c] - top)
+        tot += p[c]
+    sp = np.empty(C, dtype=dt)
+    for c in range(C):
+        p[c] /= tot
+        sp[c] = np.sqrt(max(p[c], tiny))
+    # Ks = diag(√p̃)(I − 1p̃ᵀ) K Π Q Π K (I − p̃1ᵀ) diag(√p̃)
+    for c in range(C):
+        for k in range(C):
+            A[c, k] = kappa[c] * (Q[c, k] - rmean[c] - rmean[k] + total) * kappa[k]
+    colp = np.empty(C, dtype=dt)  # (A p̃)_c
+    for c in range(C):
+        t = 0.0
+        for k in range(C):
+            t += A[c, k] * p[k]
+        colp[c] = t
+    pAp = 0.0
+    for c in range(C):
+        pAp += p[c] * colp[c]
+    Ks = np.empty((C, C), dtype=dt)
+    for c in range(C):
+        for k in range(C):
+            Ks[c, k] = sp[c] * (A[c, k] - colp[c] - colp[k] + pAp) * sp[k]
+    for c in range(C):
+        for k in range(c + 1, C):
+            avg = 0.5 * (Ks[c, k] + Ks[k, c])
+            Ks[c, k] = avg
+            Ks[k, c] = avg
+    kv, W = np.linalg.eigh(Ks)
+    T = np.empty((C, C), dtype=dt)
+    for c in range(C):
+        kv[c] = 1.0 / np.sqrt(1.0 - min(max(kv[c], 0.0), 0.9))  # AssumedDensityCategorical._MAX_CONTRACTION
+    for c in range(C):
+        for k in range(C):
+            t = 0.0
+            for e in range(C):
+                t += W[c, e] * kv[e] * W[k, e]
+            T[c, k] = t * sw
+    et = np.empty(C, dtype=dt)
+    for c in range(C):
+        et[c] = (y[c] - p[c]) / sp[c]
+    for c in range(C):
+        t = 0.0
+        for k in range(C):
+            t += T[c, k] * et[k]
+        ew[c] = t
+    # J ← K Π J (rows), then p̃ᵀ(KΠJ) into pj, then Gᵀ J, then T (a column at a time)
+    for j in range(P):
+        m = 0.0
+        for c in range(C):
+            m += J[c, j]
+        m /= C
+        q = 0.0
+        for c in range(C):
+            J[c, j] = kappa[c] * (J[c, j] - m)
+            q += p[c] * J[c, j]
+        pj[j] = q
+    col = np.empty(C, dtype=dt)
+    for j in range(P):
+        for c in range(C):
+            col[c] = sp[c] * (J[c, j] - pj[j])
+        for c in range(C):
+            t = 0.0
+            for k in range(C):
+                t += T[c, k] * col[k]
+            J[c, j] = t
+
+
+@njit(cache=True, nogil=True)
+def whiten_rows(code, f, y, J, scale, weight, ew, tiny, pj, quad):
     """Whiten one row in place: ``J (C, P)`` becomes ``Hw`` and ``ew (C,)`` the whitened residual
     (module docstring), both times ``√weight``; ``scale (C,)`` is the Gaussian ``r^{−1/2}``, ``pj``
-    a ``(P,)`` work buffer (categorical)."""
+    a ``(P,)`` work buffer (categorical), ``quad (C, C)`` the row's ``J Σ⁻ Jᵀ`` (assumed density
+    filtering; not read otherwise)."""
     C, P = J.shape
     sw = np.sqrt(weight)
-    if code == 0:
+    if code == 3:
+        if C == 1:
+            _adf_binary(f, y, J, ew, quad[0, 0], sw, tiny)
+        else:
+            _adf_categorical(f, y, J, ew, quad, sw, tiny, pj)
+    elif code == 0:
         for c in range(C):
             s = scale[c] * sw
             ew[c] = (y[c] - f[c]) * scale[c] * sw
@@ -156,11 +280,13 @@ def whiten_rows(code, f, y, J, scale, weight, ew, tiny, pj):
 
 @njit(cache=True, nogil=True)
 def observe_step(likelihood, F, Y, w, has_weights, noise, noise_params, adaptive, scale, H, ew, tiny, pj,
-                 noise_before):
+                 noise_before, quad):
     """Stages 5–6 of a step of ``nb = F.shape[0]`` rows: the Gaussian noise estimate (``adaptive``),
     then the whitening of each row's Jacobian block ``H[i C:(i+1) C]`` in place and of its residual
     into ``ew``. ``noise_before`` receives the noise vector before the step (to restore it when the
-    step is handed back). Returns False when the estimate is not finite (nothing learned)."""
+    step is handed back); ``quad (nb, C, C)`` holds the rows' ``J Σ⁻ Jᵀ`` when the likelihood needs
+    them (:data:`PREDICTIVE_LIKELIHOOD`). Returns False when the estimate is not finite (nothing
+    learned)."""
     nb, C = F.shape
     for c in range(noise.shape[0]):
         noise_before[c] = noise[c]
@@ -175,7 +301,7 @@ def observe_step(likelihood, F, Y, w, has_weights, noise, noise_params, adaptive
                 scale[c] = 1.0 / np.sqrt(noise[c])
     for i in range(nb):
         whiten_rows(likelihood, F[i], Y[i], H[i * C:(i + 1) * C], scale, w[i] if has_weights else 1.0,
-                    ew[i * C:(i + 1) * C], tiny, pj)
+                    ew[i * C:(i + 1) * C], tiny, pj, quad[i])
     return True
 
 
@@ -278,6 +404,6 @@ def weigh_and_observe(likelihood, weight_kind, weight_c, F, Y, w, has_weights, n
         if not robust_step_weights(weight_kind, weight_c, F, Y, w, has_weights, noise, quad, robust):
             return False
         return observe_step(likelihood, F, Y, robust[:F.shape[0]], True, noise, noise_params, adaptive, scale, H,
-                            ew, tiny, pj, noise_before)
+                            ew, tiny, pj, noise_before, quad)
     return observe_step(likelihood, F, Y, w, has_weights, noise, noise_params, adaptive, scale, H, ew, tiny, pj,
-                        noise_before)
+                        noise_before, quad)

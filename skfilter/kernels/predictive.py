@@ -1,7 +1,8 @@
 """The linearised predictive of a single belief at many inputs, compiled (numba).
 
 For each row ``x``: the outputs ``f = h(μ, x)`` and the diagonal of ``J Σ Jᵀ`` (``J = ∂h/∂θ`` at
-``μ``; spec/lofi.md §2.8 B.1), what ``predict(return_std=True)`` and ``predict_proba`` need — without
+``μ``; spec/lofi.md §2.8 B.1; or of ``Π J Σ Jᵀ Π`` for the classifiers' logits less their mean),
+what ``predict(return_std=True)`` and ``predict_proba`` need — without
 forming ``J`` for all rows at once (one ``C × P`` block at a time):
 
 * LoFi (``Σ = (Υ + W Wᵀ)⁻¹``, Woodbury, B.1 eq. 61): ``[J Υ⁻¹ Jᵀ]_cc − ‖Lc⁻¹ W Υ⁻¹ J_cᵀ‖²`` with
@@ -35,10 +36,12 @@ def _weighted_square(row, weights):
 
 @njit(cache=True, nogil=True)
 def predict_rows(X, shapes, offsets, codes, in_scale, in_shift, in_bound, mean, kind, first, second, f_out, var_out,
-                 limit):
+                 limit, centred):
     """Write ``f (n, C)`` and ``diag(J Σ Jᵀ) (n, C)`` of the raw rows ``X (n, D)`` (each mapped as the
-    first layer sees it, :func:`~skfilter.kernels.mlp.map_row`) at the belief ``mean`` with ``kind`` :data:`LOFI` (``first`` = ``Υ (P,)``, ``second`` =
-    ``Wᵀ (L, P)``), :data:`DIAGONAL` (``first`` = ``v (P,)``) or :data:`FULL` (``second`` = ``Σ``).
+    first layer sees it, :func:`~skfilter.kernels.mlp.map_row`) at the belief ``mean`` with ``kind``
+    :data:`LOFI` (``first`` = ``Υ (P,)``, ``second`` = ``Wᵀ (L, P)``), :data:`DIAGONAL` (``first`` =
+    ``v (P,)``) or :data:`FULL` (``second`` = ``Σ``); ``centred``: ``diag(Π J Σ Jᵀ Π)`` with
+    ``Π = I − 11ᵀ/C`` (``J``'s rows less their mean).
     Returns False (nothing usable) when LoFi's ``M`` is stiff or not positive definite."""
     n, D = X.shape
     dt = mean.dtype
@@ -73,6 +76,14 @@ def predict_rows(X, shapes, offsets, codes, in_scale, in_shift, in_bound, mean, 
     for i in range(n):
         map_row(X[i], in_scale, in_shift, in_bound, x_row)
         mlp_forward_jacobian(mean, x_row, shapes, offsets, codes, acts, pre, delta, scratch, f_out[i], J)
+        if centred and C > 1:
+            for j in range(P):
+                s = 0.0
+                for c in range(C):
+                    s += J[c, j]
+                s /= C
+                for c in range(C):
+                    J[c, j] -= s
         if kind == FULL:
             U = np.dot(second, J.T)  # Σ Jᵀ, (P, C)
             for c in range(C):

@@ -1,9 +1,39 @@
-"""Which compiled kernel serves a filter, and the conversion of states to and from its buffers.
+"""Where a filter's steps run: on a compiled kernel when one serves the filter, else on the torch engine.
 
-:func:`plan_for` returns a :class:`KernelPlan` for a filter the kernels serve (see the package
-docstring) or None. :meth:`KernelPlan.run` feeds the rows to the structure's kernel in chunks of
-:data:`CHUNK_ROWS` (progress and interrupts are served between chunks), hands every step a kernel
-stops at to :func:`skfilter.filtering.filter_step`, and returns the new :class:`FilterState`.
+The torch engine (:mod:`skfilter.filtering`: :func:`~skfilter.filtering.filter_step`,
+:func:`~skfilter.filtering.run_filter`) is the reference and runs every filter, on every device,
+with any module, likelihood, weighting and hypotheses axis. The compiled kernels
+(:mod:`skfilter.kernels`: numba functions on NumPy arrays) run the same step for the common filters
+on the CPU, many rows per Python call. Neither imports the other: this module sits above both and
+decides, step by step, which one runs.
+
+:func:`run_filter` and :func:`filter_step` are the engine's functions with that dispatch in front:
+:func:`run_filter` offers a block of rows to :func:`run_compiled` first — when the filter qualifies
+(a single belief on the CPU in float64 or float32, the default MLP with its fused Jacobian, a
+Gaussian, Bernoulli, categorical or assumed-density categorical likelihood, no weighting stage or a
+built-in one under the Gaussian likelihood (WoLF), dynamics of a scalar decay and process noise, and
+a structure with a kernel: :mod:`skfilter.kernels.lofi`, :mod:`~skfilter.kernels.diagonal`,
+:mod:`~skfilter.kernels.full`) the whole step runs compiled over preallocated buffers, one call for
+thousands of rows; :func:`filter_step` offers one step of a stack of hypotheses (BOCD's run lengths)
+to :func:`step_compiled`; :func:`linearized_compiled` and :func:`forward_compiled` serve
+``predict``. Anything else, and any step a kernel cannot finish (stiff rows that need the
+square-root forms, numerical failures, which then raise with the last good belief kept), runs on the
+engine; both agree to rounding (tests/test_kernels.py). :func:`handed_back` counts the steps a
+kernel started and handed to the engine.
+
+:func:`plan_for` returns a :class:`KernelPlan` for a filter the kernels serve, or None.
+:meth:`KernelPlan.run` feeds the rows to the structure's kernel in chunks of :data:`CHUNK_ROWS`
+(progress and interrupts are served between chunks), hands every step a kernel stops at to the
+engine's :func:`skfilter.filtering.filter_step`, and returns the new :class:`FilterState`.
+
+Examples
+--------
+>>> import torch
+>>> from skfilter import LoFiRegressor, stepping
+>>> X, y = torch.randn(40, 3, dtype=torch.float64).numpy(), torch.randn(40, dtype=torch.float64).numpy()
+>>> est = LoFiRegressor(hidden_layer_sizes=(8,), random_state=0).fit(X, y)
+>>> stepping.plan_for(est._engine_parts(), est.filter_state_, None) is not None
+True
 """
 
 from __future__ import annotations
@@ -15,17 +45,22 @@ import weakref
 import numpy as np
 import torch
 
-from ..exceptions import FilterStepError
-from ..filtering import FilterState, filter_step
-from ..likelihoods import Bernoulli, Categorical, Gaussian, robust_variance_consistency
-from ..models import MLPAdapter
-from ..posteriors import DiagonalCovariance, FullCovariance, LowRankPrecision, stiffness_limit
-from .diagonal import diagonal_hypotheses, diagonal_rows
-from .full import full_hypotheses, full_rows
-from .lofi import DONE, lofi_hypotheses, lofi_rows
-from .mlp import mlp_program
-from .observations import LIKELIHOOD_CODES, WEIGHTING_CODES
-from .predictive import DIAGONAL, FULL, LOFI, forward_rows, predict_rows
+from . import filtering
+from .exceptions import FilterStepError
+from .filtering import FilterState, StepOutput
+from .kernels import enabled
+from .kernels.diagonal import diagonal_hypotheses, diagonal_rows
+from .kernels.full import full_hypotheses, full_rows
+from .kernels.lofi import DONE, lofi_hypotheses, lofi_rows
+from .kernels.mlp import mlp_program
+from .kernels.observations import LIKELIHOOD_CODES, WEIGHTING_CODES
+from .kernels.predictive import DIAGONAL, FULL, LOFI, forward_rows, predict_rows
+from .likelihoods import AssumedDensityCategorical, Bernoulli, Categorical, Gaussian, robust_variance_consistency
+from .models import MLPAdapter
+from .posteriors import DiagonalCovariance, FullCovariance, LowRankPrecision, stiffness_limit
+
+__all__ = ["run_filter", "filter_step", "run_compiled", "step_compiled", "linearized_compiled",
+           "linearized_arrays_compiled", "forward_compiled", "handed_back", "plan_for"]
 
 _DTYPES = (torch.float64, torch.float32)
 #: the NumPy dtype of each torch dtype the kernels take
@@ -47,7 +82,7 @@ FULL_KERNEL_MAX_PARAMS = 1500
 LOFI_KERNEL_MAX_PARAMS = 100_000
 
 
-#: steps the kernels handed to the torch engine in this process (:func:`skfilter.kernels.handed_back`):
+#: steps the kernels handed to the torch engine in this process (:func:`handed_back`):
 #: a count the tests and benchmarks read to see that a stream stays compiled, not a timing
 HANDED_BACK = [0]
 
@@ -116,17 +151,18 @@ def _serves_adapter(adapter):
             and "forward_jacobian" not in vars(adapter))  # a replaced linearisation is honoured
 
 
-def linearized(adapter, structure, belief, X):
+def linearized(adapter, structure, belief, X, centred=False):
     """``(f, diag(J Σ Jᵀ))`` of a single belief at the rows ``X`` by
     :func:`~skfilter.kernels.predictive.predict_rows`, as tensors ``(n, C)``, or None when the
-    kernel does not serve this model/structure (or LoFi's capacitance is stiff)."""
-    out = linearized_arrays(adapter, structure, belief, X)
+    kernel does not serve this model/structure (or LoFi's capacitance is stiff). ``centred``: the
+    diagonal of ``Π J Σ Jᵀ Π`` (``Π = I − 11ᵀ/C``)."""
+    out = linearized_arrays(adapter, structure, belief, X, centred)
     return None if out is None else (torch.from_numpy(out[0]), torch.from_numpy(out[1]))
 
 
-def linearized_arrays(adapter, structure, belief, X):
-    """:func:`linearized`'s ``(f, diag(J Σ Jᵀ))`` as NumPy arrays (one-row predictions skip the
-    tensors), or None."""
+def linearized_arrays(adapter, structure, belief, X, centred=False):
+    """:func:`linearized`'s ``(f, diag(J Σ Jᵀ))`` (``centred``: ``diag(Π J Σ Jᵀ Π)``) as NumPy arrays
+    (one-row predictions skip the tensors), or None."""
     mean = belief.mean
     if not _serves_adapter(adapter) or mean.dim() != 1 or not mean.is_cpu or mean.dtype not in _DTYPES:
         return None
@@ -145,7 +181,7 @@ def linearized_arrays(adapter, structure, belief, X):
     f = np.empty((Xn.shape[0], int(shapes[-1, 0])), dtype=m.dtype)
     var = np.empty_like(f)
     if not predict_rows(Xn, shapes, offsets, codes, *map_arguments(input_map, m.dtype), m, code, first, second, f, var,
-                        stiffness_limit(m.dtype)):
+                        stiffness_limit(m.dtype), bool(centred)):
         return None
     return f, var
 
@@ -214,7 +250,7 @@ def plan_for(parts, state, record, hypotheses=False):
     adapter, structure = parts.adapter, parts.structure
     if not _serves_adapter(adapter):
         return None
-    if type(parts.likelihood) not in (Gaussian, Bernoulli, Categorical):
+    if type(parts.likelihood) not in (Gaussian, Bernoulli, Categorical, AssumedDensityCategorical):
         return None
     mean = state.belief.mean
     if mean.dim() != (2 if hypotheses else 1) or not mean.is_cpu or mean.dtype not in _DTYPES:
@@ -407,8 +443,6 @@ class KernelPlan(abc.ABC):
         """One step on the rows for every hypothesis of ``state`` (leading axis ``K``), recording the
         predictive; ``(new_state, StepOutput)`` as :func:`~skfilter.filtering.filter_step` (``info``
         and ``weights`` None), or None when a hypothesis needs the torch engine (nothing changed)."""
-        from ..filtering import StepOutput
-
         belief = state.belief
         dtype = belief.mean.dtype
         np_dtype = _numpy(belief.mean).dtype
@@ -508,7 +542,7 @@ class KernelPlan(abc.ABC):
                     HANDED_BACK[0] += 1
                     nb = min(batch_size, n - row)
                     wb = None if sample_weight is None else sample_weight[row:row + nb]
-                    state, output = filter_step(parts, state, X[row:row + nb], Y[row:row + nb], wb, record)
+                    state, output = filtering.filter_step(parts, state, X[row:row + nb], Y[row:row + nb], wb, record)
                     if recording:
                         outs.append(output.record)
                     row += nb
@@ -825,7 +859,108 @@ class FullPlan(KernelPlan):
         return type(b)(torch.from_numpy(stacks[0]), torch.from_numpy(stacks[1]))
 
 
+# -- the dispatch ----------------------------------------------------------------------------------
+def run_compiled(parts, state, X, Y, sample_weight, batch_size, record, progress):
+    """Filter the rows with a compiled kernel if the filter qualifies (module docstring).
+
+    Returns ``None`` when it does not (the caller runs the torch engine), else ``(state, records)``
+    as :func:`skfilter.filtering.run_filter`. Raises as the torch engine does, with
+    ``last_good_state`` and ``rows_done`` on the exception.
+    """
+    if not enabled():
+        return None
+    plan = plan_for(parts, state, record)
+    if plan is None:
+        return None
+    return plan.run(parts, state, X, Y, sample_weight, batch_size, record, progress)
+
+
 def step_compiled(parts, state, X, Y, sample_weight, record):
-    """One step of a stack of beliefs on a compiled kernel (:meth:`KernelPlan.step`), or None."""
+    """One filter step of a stack of beliefs (hypotheses axis, e.g. BOCD's run lengths) on a
+    compiled kernel (:meth:`KernelPlan.step`), when the filter qualifies and the caller records the
+    predictive with a recorder that does not sample the belief (``record.needs_belief`` False).
+
+    Returns ``None`` (the caller runs :func:`skfilter.filtering.filter_step`'s torch stages, which
+    also serve any step a kernel cannot finish), else ``(state, StepOutput)`` with ``info`` and
+    ``weights`` None.
+    """
+    if not enabled():
+        return None
     plan = plan_for(parts, state, record, hypotheses=True)
     return None if plan is None else plan.step(state, X, Y, sample_weight, record)
+
+
+def run_filter(parts, state, X, Y, sample_weight=None, batch_size=1, record=None, progress=None, on_step=None):
+    """:func:`skfilter.filtering.run_filter` with the compiled kernels offered the rows first.
+
+    Without ``on_step`` (which must see every step's :class:`~skfilter.filtering.StepOutput`), the
+    rows go to :func:`run_compiled`; when no kernel serves the filter, the torch engine filters them.
+    Same arguments, result and failure contract (``last_good_state``, ``rows_done``) as the engine's.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from skfilter import LoFiRegressor
+    >>> from skfilter.stepping import run_filter
+    >>> X = torch.randn(30, 2, dtype=torch.float64)
+    >>> est = LoFiRegressor(hidden_layer_sizes=(4,), random_state=0).fit(X[:10].numpy(), X[:10, 0].numpy())
+    >>> state, _ = run_filter(est._engine_parts(), est.filter_state_, X[10:], X[10:, :1])
+    >>> state.n_seen - est.filter_state_.n_seen
+    20
+    """
+    if on_step is None:
+        compiled = run_compiled(parts, state, X, Y, sample_weight, batch_size, record, progress)
+        if compiled is not None:
+            return compiled
+    return filtering.run_filter(parts, state, X, Y, sample_weight, batch_size, record, progress, on_step)
+
+
+def filter_step(parts, state, X, Y, sample_weight=None, record=None, workspace=None, buffers=None):
+    """:func:`skfilter.filtering.filter_step` with a compiled kernel offered the step of a stack of
+    hypotheses whose predictive is recorded (run-length filters: :func:`step_compiled`). Same
+    arguments, result and errors as the engine's."""
+    if record is not None and state.belief.mean.dim() == 2 and not getattr(record, "needs_belief", True):
+        compiled = step_compiled(parts, state, X, Y, sample_weight, record)
+        if compiled is not None:
+            return compiled
+    return filtering.filter_step(parts, state, X, Y, sample_weight, record, workspace, buffers)
+
+
+def linearized_compiled(adapter, structure, belief, X, centred=False):
+    """The linearised predictive ``(f, diag(J Σ Jᵀ))`` of a single belief at the rows ``X`` on a
+    compiled kernel (:mod:`skfilter.kernels.predictive`), as tensors ``(n, C)``, or ``None`` when the
+    kernels are off or do not serve this model and structure (the caller's torch path then computes
+    it). ``centred``: ``diag(Π J Σ Jᵀ Π)``, ``Π = I − 11ᵀ/C``, instead."""
+    if not enabled():
+        return None
+    return linearized(adapter, structure, belief, X, centred)
+
+
+def linearized_arrays_compiled(adapter, structure, belief, X, centred=False):
+    """:func:`linearized_compiled`'s ``(f, diag(J Σ Jᵀ))`` (``centred``: ``diag(Π J Σ Jᵀ Π)``) as
+    NumPy arrays ``(n, C)`` (``X`` a tensor or an array), or ``None``."""
+    if not enabled():
+        return None
+    return linearized_arrays(adapter, structure, belief, X, centred)
+
+
+def forward_compiled(adapter, mean, X):
+    """The default MLP's outputs at ``mean`` for the rows ``X`` on a compiled kernel (the forward
+    pass of :func:`linearized_compiled`, so plug-in and linearised means agree bit for bit), or
+    ``None`` when the kernels are off or do not serve this model."""
+    if not enabled():
+        return None
+    return forward(adapter, mean, X)
+
+
+def handed_back() -> int:
+    """Steps the compiled kernels started and handed to the torch engine (stiff rows, numerical
+    failures) in this process so far: the difference over a call tells whether it stayed compiled.
+
+    Examples
+    --------
+    >>> from skfilter import stepping
+    >>> isinstance(stepping.handed_back(), int)
+    True
+    """
+    return HANDED_BACK[0]
