@@ -238,7 +238,7 @@ def _dynamics_of(parts):
 
 
 def plan_for(parts, state, record, hypotheses=False):
-    """The :class:`KernelPlan` of a filter the kernels serve, else None (package docstring). With
+    """The :class:`KernelPlan` of a filter the kernels serve, else None (module docstring). With
     ``hypotheses``, for one step of a stack of beliefs (leading axis ``K``) whose caller records the
     predictive (:func:`step_compiled`)."""
     if state.log_weights is not None or (parts.weighting is not None and (hypotheses or _weighting_of(parts) is None)):
