@@ -19,6 +19,18 @@ from .likelihoods import (AssumedDensityCategorical, Bernoulli, Categorical, Mom
 _CLASSIFICATION_PREDICTIVES = ("probit", "plugin", "mc")
 
 
+#: the numpydoc entry of the filter classifiers' ``likelihood`` parameter
+#: (:class:`LikelihoodParameterMixin` puts it where a docstring says ``{likelihood_doc}``)
+LIKELIHOOD_PARAMETER_DOC = """likelihood : {'adf', 'categorical', 'moment-matched'}, default='adf'
+        ``'adf'``: Bernoulli on one logit (two classes), categorical otherwise, with the
+        assumed-density-filtering update (the moments of each row's posterior under its uncertain
+        logits, :class:`~skfilter.likelihoods.AssumedDensityCategorical`; one pass of the EKF update
+        leaves the probabilities under-confident); ``'categorical'``: the same likelihood with the
+        EKF's exact logit-space update (the LoFi paper's); ``'moment-matched'``: the Gaussian on the
+        class probabilities with covariance ``diag(m) − m mᵀ + ε I`` (Duran-Martin et al. 2025,
+        App. G.1.1, eq. 117; :class:`~skfilter.likelihoods.MomentMatchedCategorical`)."""
+
+
 class LikelihoodParameterMixin:
     """For classifiers with a ``likelihood`` parameter (``'adf'``, ``'categorical'`` or ``'moment-matched'``) and
     ``moment_matched_jitter``: both are fixed for a stream (changing either makes the next
@@ -26,6 +38,13 @@ class LikelihoodParameterMixin:
     into the estimator's constraints. Put it before :class:`FilterClassifierMixin` in the bases."""
 
     _target_structural_params = ("likelihood", "moment_matched_jitter")
+
+    def __init_subclass__(cls, **kwargs):
+        """Put the ``likelihood`` entry (:data:`LIKELIHOOD_PARAMETER_DOC`) where a subclass's
+        docstring says ``{likelihood_doc}``."""
+        super().__init_subclass__(**kwargs)
+        if cls.__doc__ and "{likelihood_doc}" in cls.__doc__:
+            cls.__doc__ = cls.__doc__.replace("{likelihood_doc}", LIKELIHOOD_PARAMETER_DOC)
 
 
 class FilterClassifierMixin(PredictiveSamplingMixin, ProbabilisticClassifierMixin, ClassifierMixin):

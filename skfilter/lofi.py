@@ -262,14 +262,7 @@ class LoFiClassifier(_LoFiStructure, LikelihoodParameterMixin, FilterClassifierM
         targets' centre and scale, first noise estimate), however the rows arrive: until then every
         call sets them again from all rows so far and learns those rows again; then they are fixed
         (:mod:`skfilter.stream_start`). Unused when nothing is scaled to data.
-    likelihood : {'adf', 'categorical', 'moment-matched'}, default='adf'
-        ``'adf'``: Bernoulli on one logit (two classes), categorical otherwise, with the
-        assumed-density-filtering update (the moments of each row's posterior under its uncertain
-        logits, :class:`~skfilter.likelihoods.AssumedDensityCategorical`; one pass of the EKF update
-        leaves the probabilities under-confident); ``'categorical'``: the same likelihood with the
-        EKF's exact logit-space update (the LoFi paper's); ``'moment-matched'``: the Gaussian on the
-        class probabilities with covariance ``diag(m) − m mᵀ + ε I`` (Duran-Martin et al. 2025,
-        App. G.1.1, eq. 117; :class:`~skfilter.likelihoods.MomentMatchedCategorical`).
+    {likelihood_doc}
     moment_matched_jitter : float, default=0.01
         ``ε > 0`` of the moment-matched likelihood (ignored by the others).
     process_noise : float, default=0.0
