@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ._common import format_table, write_text
-from .defaults import CLASSIFICATION_SETS, estimators, load_dataset
+from .defaults import CLASSIFICATION_SETS, estimators, held_out_split, load_dataset
 
 HELP = ("every default classifier's log-loss and calibration error beside CalibratedClassifierCV(cv=3, "
         "method='sigmoid') of it")
@@ -105,8 +105,6 @@ def run(datasets=CLASSIFICATION_SETS, seeds=(0, 1, 2), features="standardised", 
     >>> rows[0]["estimator"], rows[0]["ratio"] > 0
     ('EKFClassifier(fd)', True)
     """
-    from sklearn.model_selection import train_test_split
-    from sklearn.preprocessing import StandardScaler
 
     kinds = ("raw", "standardised") if features == "both" else (features,)
     rows = []
@@ -115,10 +113,7 @@ def run(datasets=CLASSIFICATION_SETS, seeds=(0, 1, 2), features="standardised", 
         for kind in kinds:
             results = {}
             for seed in seeds:
-                Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, random_state=seed, stratify=y)
-                if kind == "standardised":
-                    scaler = StandardScaler().fit(Xtr)
-                    Xtr, Xte = scaler.transform(Xtr), scaler.transform(Xte)
+                Xtr, Xte, ytr, yte = held_out_split(X, y, seed, kind, stratify=True)
                 for est_name, est in estimators("classification", seed).items():
                     if only and est_name not in only:
                         continue

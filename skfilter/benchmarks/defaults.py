@@ -45,6 +45,21 @@ CLASSIFICATION_SETS = ("iris", "wine", "breast_cancer", "digits")
 REGRESSION_SETS = ("diabetes", "concrete")
 
 
+def held_out_split(X, y, seed, features, stratify):
+    """``(X_train, X_test, y_train, y_test)``: 30 % of the rows held out (split ``seed``, stratified
+    by the labels with ``stratify``), the features ``'raw'`` or ``'standardised'`` by a
+    ``StandardScaler`` fitted on the training rows (the protocol of the defaults and calibration
+    benchmarks)."""
+    from sklearn.model_selection import train_test_split
+    from sklearn.preprocessing import StandardScaler
+
+    Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, random_state=seed, stratify=y if stratify else None)
+    if features == "standardised":
+        scaler = StandardScaler().fit(Xtr)
+        Xtr, Xte = scaler.transform(Xtr), scaler.transform(Xte)
+    return Xtr, Xte, ytr, yte
+
+
 def load_dataset(name):
     """``(X, y, task)`` of a bundled data set (``task`` 'classification' or 'regression')."""
     from sklearn import datasets
@@ -137,20 +152,13 @@ def evaluate(est, task, Xtr, ytr, Xte, yte) -> dict:
 
 def run(datasets=CLASSIFICATION_SETS + REGRESSION_SETS, seeds=(0, 1, 2), only=None, progress=print) -> list:
     """Rows ``{dataset, features, estimator, metrics…}`` averaged over the splits ``seeds``."""
-    from sklearn.model_selection import train_test_split
-    from sklearn.preprocessing import StandardScaler
-
     rows = []
     for name in datasets:
         X, y, task = load_dataset(name)
         for features in ("raw", "standardised"):
             results = {}
             for seed in seeds:
-                Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, random_state=seed,
-                                                      stratify=y if task == "classification" else None)
-                if features == "standardised":
-                    scaler = StandardScaler().fit(Xtr)
-                    Xtr, Xte = scaler.transform(Xtr), scaler.transform(Xte)
+                Xtr, Xte, ytr, yte = held_out_split(X, y, seed, features, stratify=task == "classification")
                 for est_name, est in estimators(task, seed).items():
                     if only and est_name not in only:
                         continue
