@@ -9,12 +9,12 @@ import torch
 from sklearn.base import ClassifierMixin
 from sklearn.utils._param_validation import Interval, StrOptions, validate_params
 
-from . import stepping
+from . import kernels, stepping
 from ._sampling import SAMPLING_METHODS, PredictiveSamplingMixin
 from ._utils import memo_for, targets_array, to_numpy
 from ._validation import ProbabilisticClassifierMixin, check_class_module_outputs, encode_class_labels
 from .likelihoods import (AssumedDensityCategorical, Bernoulli, Categorical, MomentMatchedCategorical,
-                          probit_probabilities, probit_probabilities_array, shift_free_logit_variance)
+                          probit_probabilities, shift_free_logit_variance)
 
 _CLASSIFICATION_PREDICTIVES = ("probit", "plugin", "mc")
 
@@ -45,6 +45,10 @@ class LikelihoodParameterMixin:
         super().__init_subclass__(**kwargs)
         if cls.__doc__ and "{likelihood_doc}" in cls.__doc__:
             cls.__doc__ = cls.__doc__.replace("{likelihood_doc}", LIKELIHOOD_PARAMETER_DOC)
+
+
+#: the types of a label :meth:`FilterClassifierMixin._lean_targets` looks up as it is (a one-item list)
+_PLAIN_LABELS = frozenset({int, float, bool, str, np.int64, np.int32, np.float64, np.bool_, np.str_})
 
 
 class FilterClassifierMixin(PredictiveSamplingMixin, ProbabilisticClassifierMixin, ClassifierMixin):
@@ -122,6 +126,23 @@ class FilterClassifierMixin(PredictiveSamplingMixin, ProbabilisticClassifierMixi
         the target matrix of :meth:`_fast_label_index`'s class index (a known label; ``classes``
         None or those of an earlier call), else None (the full path, its errors). A list or tuple
         as ``numpy.asarray`` makes it one, as the full path's fast check does."""
+        t = type(y)
+        if t is np.ndarray:
+            label = y[0] if y.shape == (1,) and y.dtype.kind in "iubfU" else None
+        elif t is list and len(y) == 1:  # river's bridge
+            label = y[0] if type(y[0]) in _PLAIN_LABELS else None
+        else:
+            label = None
+        if label is not None and (classes is None or self._known_classes(classes)):
+            rows = memo_for(self).get("label_rows")  # {label: its target row}, for these classes_
+            if rows is None or rows[0] is not self.__dict__.get("classes_"):
+                rows = memo_for(self)["label_rows"] = self._label_rows()
+            if rows[1] is not None:
+                # a label equal to a class (integral floats, bools and strings included, as
+                # _fast_label_index finds them); anything else: the checks below
+                row = rows[1].get(label)
+                if row is not None:
+                    return row
         y = targets_array(y)
         if y is None:
             return None
@@ -129,6 +150,15 @@ class FilterClassifierMixin(PredictiveSamplingMixin, ProbabilisticClassifierMixi
             return None
         index = self._fast_label_index(y)
         return None if index is None else self._target_matrix(index)
+
+    def _label_rows(self):
+        """``(classes_, {label: (1, C) target row})`` for :meth:`_lean_targets` — each class (as a
+        Python scalar) with the row :meth:`_target_matrix` makes of its index (never written) —
+        or ``(classes_, None)`` when ``classes_`` are not numbers or strings."""
+        known = self.classes_
+        if known.dtype.kind not in "iubfU":
+            return known, None
+        return known, {label: self._target_matrix(np.array([k])) for k, label in enumerate(known.tolist())}
 
     def _known_classes(self, classes) -> bool:
         """Whether ``classes`` is the list, tuple or array a previous call passed (the same object,
@@ -258,6 +288,9 @@ class FilterClassifierMixin(PredictiveSamplingMixin, ProbabilisticClassifierMixi
         proba : ndarray of shape (n_samples, n_classes)
             Columns in the order of ``classes_``.
         """
+        proba = self._lean_proba(X)
+        if proba is not None:
+            return proba
         rows, Xt = self._predict_rows(X)
         proba = self._host_proba(rows, Xt)
         if proba is None:
@@ -265,29 +298,44 @@ class FilterClassifierMixin(PredictiveSamplingMixin, ProbabilisticClassifierMixi
         self._check_finite_prediction(proba)  # a ValueError, never NaN probabilities
         return proba
 
+    def _lean_proba(self, X):
+        """:meth:`predict_proba` of one plain row (:meth:`_lean_rows`) by an estimator whose last
+        calls were one-row steps (its state a :class:`~skfilter.stepping.RowState`), in one compiled
+        call on the state's arrays (:meth:`~skfilter.stepping.LoFiPlan.probit_row`: the formulas of
+        :meth:`_host_proba`); None for anything else."""
+        state = self.__dict__.get("_filter_state")
+        if type(state) is not stepping.RowState or self.predictive != "probit":
+            return None
+        got = self._lean_rows(X)
+        if got is None or not kernels.enabled():
+            return None
+        proba = got[0].plan.probit_row(state, got[2], len(self.classes_))
+        if proba is None:
+            return None
+        if not float(proba.sum()) < np.inf:  # NaN or infinite logits
+            self._check_finite_prediction(proba)
+        return proba
+
     def _host_proba(self, rows, Xt):
         """:meth:`predict_proba`'s probabilities on NumPy arrays for the common case — one belief on
         the CPU, ``predictive='probit'``, a compiled linearised predictive
-        (:func:`skfilter.stepping.linearized_arrays_compiled`) — where the summary's few torch
-        operations per call would cost more than their arithmetic for a row or a few
-        (:func:`~skfilter.likelihoods.probit_probabilities_array`, the formulas of the torch path,
-        with the same shift-free variances as :meth:`_linearized`: ``C/(C − 1) · diag(Π J Σ Jᵀ Π)``
-        for ``C ≥ 2`` logits); None for every other case. The outputs at the mean are remembered for
-        the next ``partial_fit`` as the torch path does."""
-        state = self.filter_state_
+        (:func:`skfilter.stepping.probit_arrays_compiled`, one call) — where the summary's few
+        torch operations per call would cost more than their arithmetic for a row or a few (the
+        formulas of the torch path, with the same shift-free variances as :meth:`_linearized`:
+        ``C/(C − 1) · diag(Π J Σ Jᵀ Π)`` for ``C ≥ 2`` logits); None for every other case. The
+        outputs at the mean are remembered for the next ``partial_fit`` as the torch path does."""
+        state = self.__dict__["_filter_state"]
         if state.log_weights is not None or self.predictive != "probit" or Xt.device.type != "cpu":
             return None
-        C = self._adapter.n_outputs
-        out = stepping.linearized_arrays_compiled(self._adapter, self._structure, state.belief, rows, centred=C > 1)
+        out = stepping.probit_arrays_compiled(self._adapter, self._structure, self.filter_state_.belief, rows,
+                                              len(self.classes_))
         if out is None:
             return None
-        f, var = out
-        if C > 1:
-            var = np.maximum(var, 0.0) * (C / (C - 1.0))
+        f, proba = out
         lean = memo_for(self).get("lean")
-        if lean is None or not lean[4].checks_outputs:  # else the lean partial_fit's kernel checks them
+        if lean is None or not lean.plan.checks_outputs:  # else the lean partial_fit's kernel checks them
             self._remember_outputs(rows, torch.from_numpy(f))
-        return probit_probabilities_array(f, var, f.shape[1] == 1)
+        return proba
 
     def _sampled_probabilities(self, X, n_samples, random_state, method):
         """``(n, S, K)`` sampled class probabilities (:meth:`sample_proba`) and the generator."""
@@ -401,7 +449,9 @@ class FilterClassifierMixin(PredictiveSamplingMixin, ProbabilisticClassifierMixi
         -------
         self : object
         """
-        if not hasattr(self, "filter_state_") and classes is None:
+        if sample_weight is None and self._lean_fit(X, y, classes):  # one plain row of a stream
+            return self
+        if not self._has_state() and classes is None:
             raise ValueError("classes must be passed on the first call to partial_fit.")
         self._fit(X, y, sample_weight, reset=False, classes=classes, n_epochs=1, loss=False)
         return self

@@ -35,7 +35,7 @@ from .dynamics import Dynamics, Reference
 from . import kernels
 from . import stepping
 from .filtering import EngineParts, FilterState
-from .stepping import run_filter
+from .stepping import RowState, run_filter
 from .posteriors import Posterior, map_belief, select_hypothesis
 from .models import MLPAdapter, build_module, make_adapter, standardize_mlp
 from .priors import auto_prior, input_standardization
@@ -43,7 +43,7 @@ from .stream_start import DEFAULT_PRIOR_ROWS, StreamStart, first_rows, generator
 from ._validation import DEVICE_PARAMETER_CONSTRAINTS, NETWORK_PARAMETER_CONSTRAINTS, ValidatedParamsMixin
 from ._validation import check_data_magnitude, check_finite_output, check_network_params
 from ._validation import check_no_unknown_kwargs, check_parameter_constraints, unchanged_on_error
-from ._validation import PrefixedParamsMixin, check_structural_params_unchanged
+from ._validation import PrefixedParamsMixin, check_structural_params_unchanged, restore_attributes
 
 #: maximal number of Jacobian entries (rows × outputs × parameters) held at once when predicting
 _PREDICT_CHUNK_ENTRIES = 1 << 23
@@ -99,6 +99,67 @@ def _n_epochs_of(est) -> int:
     """``est.n_epochs`` if it is an integer (validation reports anything else), else 1."""
     n = getattr(est, "n_epochs", 1)
     return n if isinstance(n, (int, np.integer)) and not isinstance(n, bool) else 1
+
+
+_NAN = float("nan")
+
+
+class _LeanPath:
+    """What a fitted estimator's one-row calls reuse from its last call of the full path
+    (:meth:`BaseFilter._keep_lean`): the settings ``cfg``, the engine ``parts`` and kernel ``plan``,
+    the dtype, the row shape, the magnitude and output bounds and the plan's one-row constants.
+    Kept in the estimator's memo until a call of the full path (:meth:`BaseFilter._begin`), a
+    wrapper's new weighting or progress setting, or a restored instance dictionary forgets it."""
+
+    __slots__ = ("cfg", "parts", "plan", "np_dtype", "shape", "bound", "bound2", "limit", "row_arguments")
+
+    def __init__(self, est, cfg, parts, plan):
+        self.cfg, self.parts, self.plan = cfg, parts, plan
+        self.np_dtype = np.dtype(_NUMPY_DTYPES[est._dtype])  # (the instance: compared by identity)
+        self.shape = (1, est.n_features_in_)
+        self.bound = magnitude_bound(est._dtype)
+        self.bound2 = self.bound * self.bound
+        self.limit = output_limit(est._dtype)
+        step = getattr(plan, "row_arguments", None)  # the plan's one-row step's constants (static LoFi)
+        self.row_arguments = None if step is None or not plan.checks_outputs \
+            else step(parts.adapter.n_outputs, self.np_dtype, self.limit)
+
+    def kernel_row(self, est, X):
+        """``(X, rows)`` for one plain row ``X`` — a float64/float32 ndarray of the fitted width
+        whose ``‖x‖²`` is within the magnitude bound squared (so every entry is finite and within
+        it; a NaN fails the test, a larger or overflowing sum takes the full path, which accepts or
+        raises as it does), or a list or tuple of one row :meth:`BaseFilter._fast_rows` accepts —
+        ``X`` as the full path's checks return it and ``rows`` as the kernels take it (``X``
+        itself when it is a writeable C-contiguous array of the estimator's dtype); None for
+        anything else."""
+        t = type(X)
+        if t is np.ndarray:
+            dtype = X.dtype
+            if X.shape != self.shape or (dtype is not _F64 and dtype is not _F32):
+                return None
+            row = X[0]
+            if not float(row.dot(row)) <= self.bound2:
+                return None
+        elif (t is list or t is tuple) and len(X) == 1:  # river's bridge: what _fast_rows accepts, as it converts
+            try:
+                X = np.asarray(X)
+            except (ValueError, TypeError):
+                return None
+            dtype = X.dtype
+            if dtype.kind not in "fiu" or X.shape != self.shape:
+                return None
+            if dtype is not _F64:
+                X = X.astype(np.float64)
+                dtype = _F64
+            row = X[0]
+            if not float(row.dot(row)) <= self.bound2:
+                return None
+        else:
+            return None
+        flags = X.flags
+        if dtype is self.np_dtype and flags.c_contiguous and flags.writeable and flags.aligned:
+            return X, X
+        return X, np.array(X, dtype=self.np_dtype, order="C")
 
 
 class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
@@ -213,7 +274,10 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
                            getattr(self, "_weighting", None))
 
     def _set_weighting(self, weighting):
-        """Install a weighting function (the engine's stage 4) on this estimator; for wrappers."""
+        """Install a weighting function (the engine's stage 4) on this estimator; for wrappers (a
+        new one ends the one-row path's record, :meth:`_keep_lean`)."""
+        if self.__dict__.get("_weighting") is not weighting:
+            memo_for(self).pop("lean", None)
         self._weighting = weighting
 
     def _set_progress(self, verbose, desc):
@@ -223,9 +287,40 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
         defeat the shortcuts keyed on this estimator's attribute objects, the lean path's included)."""
         current = self.__dict__.get("_progress")
         if current is None or type(current[0]) is not type(verbose) or current != (verbose, desc):
+            memo_for(self).pop("lean", None)
             self._progress = (verbose, desc)
 
     # -- the fitted state (one value, swapped whole) -------------------------------------------
+    @property
+    def filter_state_(self) -> FilterState:
+        """The filter's state (:class:`~skfilter.filtering.FilterState`): belief, noise state, rows
+        seen. Held as set, or, after one-row calls of the compiled LoFi step, as the kernel's arrays
+        (:class:`~skfilter.stepping.RowState`), made a ``FilterState`` when read."""
+        try:
+            state = self.__dict__["_filter_state"]
+        except KeyError:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute 'filter_state_'") from None
+        return state if type(state) is FilterState else state.state()
+
+    @filter_state_.setter
+    def filter_state_(self, state):
+        self.__dict__["_filter_state"] = state
+
+    @filter_state_.deleter
+    def filter_state_(self):
+        if self.__dict__.pop("_filter_state", None) is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute 'filter_state_'")
+
+    def _has_state(self) -> bool:
+        """Whether a filter state is held (``hasattr(self, 'filter_state_')`` without making one)."""
+        return "_filter_state" in self.__dict__
+
+    def __setstate__(self, state):
+        if "filter_state_" in state:  # a pickle of an earlier version held it under its public name
+            state = dict(state)
+            state["_filter_state"] = state.pop("filter_state_")
+        super().__setstate__(state)
+
     @property
     def posterior_(self) -> Posterior:
         """The belief over the flat parameters, as a read-only :class:`~skfilter.posteriors.Posterior`
@@ -237,7 +332,7 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
     def n_samples_seen_(self) -> int:
         """Rows conditioned on so far (every pass counts)."""
         check_is_fitted(self)
-        return self.filter_state_.n_seen
+        return self.__dict__["_filter_state"].n_seen  # (a RowState's too: nothing made)
 
     @property
     def _noise_state(self):
@@ -465,10 +560,7 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
         ``loss_curve_`` (default: only when ``record`` — the predictions are then computed anyway;
         ``fit`` scores multi-pass fits only, ``partial_fit`` never; an unscored pass gets NaN).
         Returns the one-step-ahead record of the last pass with ``record``."""
-        if not reset and n_epochs == 1 and sample_weight is None and not record and loss is False \
-                and self._lean_fit(X, y, classes):
-            return None
-        new_stream = reset or not hasattr(self, "filter_state_")
+        new_stream = reset or not self._has_state()
         # the stream's first rows are still arriving: this call learns them all again, from a prior
         # set on all rows so far (skfilter.stream_start); if it fails the estimator is as it was
         before = dict(self.__dict__) if not new_stream and self._prior_pending else None
@@ -490,8 +582,7 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
                 self._stream(call.X, call.Y, call.sample_weight, cfg, call.n_passes, False, call.n_passes > 1)
             return self._stream(X, Y, w, cfg, passes, record, loss)
         except BaseException:
-            self.__dict__.clear()
-            self.__dict__.update(before)
+            restore_attributes(self, before)
             raise
 
     def _begin(self, X, y, sample_weight, *, reset, classes=None):
@@ -501,9 +592,10 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
         sample weights and the resolved settings, ready for the engine. Leaves the estimator as it
         was on any error. Wrappers that run their own loop (:mod:`skfilter.bocd`) start here."""
         memo = memo_for(self)
+        memo.pop("lean", None)  # this call may build anew what the one-row path's record holds
         with unchanged_on_error(self):
             cfg = self._check_params()
-            first = reset or not hasattr(self, "filter_state_")
+            first = reset or not self._has_state()
             if not first:
                 # passed before for these parameter objects (the same cfg: see _check_params)
                 known = memo.get("structural")
@@ -550,10 +642,10 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
     # -- the lean one-row path ---------------------------------------------------------------------
     def _keep_lean(self, cfg):
         """Remember, after a call of the full path, what :meth:`_lean_fit` needs and what stays
-        constant between one-row calls (the kernel plan, the engine parts, the dtype, the bounds),
-        keyed on the objects it was derived from; forget it when this estimator does not qualify
-        (a stream whose first rows are pending, a progress bar, ``batch_size > 1``, another device,
-        no compiled kernel for its filter)."""
+        constant between one-row calls (:class:`_LeanPath`: the kernel plan, the engine parts, the
+        dtype, the bounds), keyed on the objects it was derived from; forget it when this estimator
+        does not qualify (a stream whose first rows are pending, a progress bar, ``batch_size > 1``,
+        another device, no compiled kernel for its filter)."""
         memo = memo_for(self)
         memo.pop("lean", None)
         d = self.__dict__
@@ -574,78 +666,68 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
         plan = stepping.plan_for(parts, state, None)
         if plan is None:
             return
-        bound = magnitude_bound(self._dtype)
-        memo["lean"] = (cfg, d["_structural_values"], parts, progress, plan, _NUMPY_DTYPES[self._dtype],
-                        (1, self.n_features_in_), bound, bound * bound)
+        memo["lean"] = _LeanPath(self, cfg, parts, plan)
 
     def _lean_fit(self, X, y, classes) -> bool:
         """``partial_fit`` of one plain row on the compiled kernel with minimal Python, when nothing
         the full path checks or builds has changed since a call of the full path (:meth:`_keep_lean`):
-        the same parameter objects (the memo of :meth:`_check_params`), the same engine parts, a
-        stream whose first rows are complete, the kernels on, and a row the full path's fast checks
-        would pass as is (a C-contiguous float64/float32 ndarray, or a list, of the fitted width,
-        finite and within the magnitude bound; targets the mixin's :meth:`_lean_targets` reads).
-        Returns False — nothing done — for anything else, which then takes the full path (its
-        conversions and its errors). Same state as the full path, bit for bit; a failed step keeps
-        the last good belief; bad outputs raise the full path's error with nothing learned."""
-        lean = memo_for(self).get("lean")
+        the same settings (:meth:`_check_params`), the same engine parts, a stream whose first rows
+        are complete, the kernels on, and a row the full path's fast checks would pass as is (a
+        C-contiguous float64/float32 ndarray, or a list, of the fitted width, finite and within the
+        magnitude bound; targets the mixin's :meth:`_lean_targets` reads). Returns False — nothing
+        done — for anything else, which then takes the full path (its conversions and its errors).
+        Same state as the full path, bit for bit; a failed step keeps the last good belief; bad
+        outputs raise the full path's error with nothing learned."""
+        memo = memo_for(self)
+        lean = memo.get("lean")
         if lean is None:
             return False
-        cfg, structural, parts, progress, plan, np_dtype, shape, bound, bound2 = lean
         d = self.__dict__
-        if d.get("_stream_start") is not None or "_restart" in d or self._check_params() is not cfg \
-                or d.get("_structural_values") is not structural or d.get("_progress") is not progress \
-                or d.get("_adapter") is not parts.adapter or d.get("_likelihood") is not parts.likelihood \
-                or d.get("_structure") is not parts.structure or d.get("_dynamics") is not parts.dynamics \
-                or d.get("_reference") is not parts.reference or d.get("_weighting") is not parts.weighting \
-                or not kernels.enabled():
+        # the settings validated for the current parameters (_check_params' memo) are those of the
+        # last full call; what that call built is in place (a full call, a wrapper's new weighting
+        # or progress setting, a restored instance dictionary forget the record)
+        if memo.get("params") is not lean.cfg or not kernels.enabled():
             return False
-        state = d.get("filter_state_")
+        state = d.get("_filter_state")  # a FilterState, or the RowState the last one-row call left
         if state is None or state.log_weights is not None:
             return False
-        if type(X) is np.ndarray:
-            if X.shape != shape or (X.dtype is not _F64 and X.dtype is not _F32):
-                return False
-            row = X[0]
-            # ‖x‖² within bound²: every |x_j| within the bound and finite (a NaN fails the test); a
-            # larger or overflowing sum takes the full path, which accepts or raises as it does
-            if not float(row.dot(row)) <= bound2:
-                return False
-        else:
-            X = self._fast_rows(X, self._dtype) if type(X) in (list, tuple) else None
-            if X is None or X.shape != shape:
-                return False
-        Y = self._lean_targets(y, classes, bound)
+        rows = lean.kernel_row(self, X)
+        if rows is None:
+            return False
+        Y = self._lean_targets(y, classes, lean.bound)
         if Y is None:
             return False
-        limit = output_limit(self._dtype)
+        plan = lean.plan
         if not plan.checks_outputs:
             # the full path's check of the outputs and its error (nothing changed yet): the outputs a
             # prediction of the same row computed from this state (bytes equal), else a forward pass
+            X = rows[0]
             known = memo_for(self).pop("outputs", None)
             if known is not None and known[0] is state and known[1].shape == X.shape \
                     and known[1].dtype == X.dtype and known[1].tobytes() == X.tobytes():
-                if not known[2] <= limit:
-                    self._raise_output_too_large(known[2], limit)
+                if not known[2] <= lean.limit:
+                    self._raise_output_too_large(known[2], lean.limit)
             else:
                 self._check_model_outputs(X)
         # else the kernel checks them (the step's outputs are those at the mean): a row beyond the
         # limit is handed back unlearned, and the full path raises its error
-        flags = X.flags  # the kernel gets a writeable C-contiguous array of its dtype (a user's row as is)
-        Xn = X if X.dtype is np_dtype and flags.c_contiguous and flags.writeable and flags.aligned \
-            else np.array(X, dtype=np_dtype, order="C")
-        Yn = np.array(Y, dtype=np_dtype, order="C")
+        flags = Y.flags  # the kernel reads a writeable C-contiguous array of its dtype
+        if Y.dtype is not lean.np_dtype or not (flags.c_contiguous and flags.writeable and flags.aligned):
+            Y = np.array(Y, dtype=lean.np_dtype, order="C")
         try:
-            new = plan.run_row(parts, state, Xn, Yn, limit)
+            if lean.row_arguments is not None:  # a static LoFi: its one-row step, constants resolved
+                new = plan.step_row(state, rows[1], Y, lean.row_arguments)
+            else:
+                new = plan.run_row(lean.parts, state, rows[1], Y, lean.limit)
         except BaseException as exc:  # a failed step or an interrupt: the last good state (no row learned)
             if hasattr(exc, "last_good_state"):
-                self.filter_state_ = exc.last_good_state
+                d["_filter_state"] = exc.last_good_state
             raise
         if new is None:  # handed back by the kernel: the full path does the step (torch engine)
             return False
-        self.filter_state_ = new
-        self.n_iter_ = d["n_iter_"] + 1
-        d["loss_curve_"].append(float("nan"))
+        d["_filter_state"] = new
+        d["n_iter_"] += 1
+        d["loss_curve_"].append(_NAN)
         return True
 
     def _lean_targets(self, y, classes, bound):
@@ -781,7 +863,7 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
         """
         # recording the one-step-ahead predictive costs 20–40 % of a pass on small networks: only a
         # multi-pass fit, whose loss curve is the point, pays for it (a single pass gets NaN)
-        warm = self._check_params()["warm_start"] and hasattr(self, "filter_state_")
+        warm = self._check_params()["warm_start"] and self._has_state()
         return self._fit_passes(X, y, sample_weight, reset=not warm)
 
     def _fit_passes(self, X, y, sample_weight=None, *, reset):
@@ -807,35 +889,15 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
         """``(lean, X, rows)`` for a prediction's one plain row (a float64/float32 ndarray of the
         fitted width, finite, within the magnitude bound, or a list or tuple of one row that
         :meth:`_fast_rows` accepts) by an estimator on the lean path (:meth:`_keep_lean`; ``lean``
-        its record): ``X`` as :meth:`_validate_X` returns it and ``rows`` what :meth:`_tensor` makes
-        of it, as an array, checked with a few operations — ``X`` itself when it has the
-        estimator's dtype (predictions only read it); None for anything else (the full path's
-        checks and errors)."""
-        t = type(X)
-        if t is not np.ndarray and t is not list and t is not tuple:
-            return None
+        its :class:`_LeanPath`): ``X`` as :meth:`_validate_X` returns it and ``rows`` what
+        :meth:`_tensor` makes of it, as an array, checked with a few operations — ``X`` itself when
+        it has the estimator's dtype (predictions only read it); None for anything else (the full
+        path's checks and errors)."""
         lean = memo_for(self).get("lean")
         if lean is None:
             return None
-        parts, np_dtype, shape, bound2 = lean[2], lean[5], lean[6], lean[8]
-        if self.__dict__.get("_adapter") is not parts.adapter:
-            return None
-        if t is np.ndarray:
-            dtype = X.dtype
-            if X.shape != shape or (dtype is not _F64 and dtype is not _F32):
-                return None
-            row = X[0]
-            if not float(row.dot(row)) <= bound2:  # as in _lean_fit
-                return None
-        else:  # a list or tuple of rows (river's bridge): the full path's fast check and conversion
-            X = self._fast_rows(X, self._dtype)
-            if X is None or X.shape != shape:
-                return None
-            dtype = X.dtype
-        flags = X.flags
-        if dtype is np_dtype and flags.c_contiguous and flags.writeable and flags.aligned:
-            return lean, X, X
-        return lean, X, np.array(X, dtype=np_dtype, order="C")
+        rows = lean.kernel_row(self, X)
+        return None if rows is None else (lean, *rows)
 
     def _lean_outputs(self, X):
         """``(state, f, biggest)``: the default MLP's outputs ``f (1, C)`` (NumPy) at the current
@@ -843,19 +905,24 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
         forward pass of the full path computes them (bit for bit), remembered for the next
         ``partial_fit`` (:meth:`_remember_outputs`; ``biggest`` the largest ``|f|``); None when the
         lean path does not serve (:meth:`_lean_rows`, the kernels off, a mixture state)."""
-        got = self._lean_rows(X)
-        if got is None or not kernels.enabled():
+        memo = memo_for(self)
+        lean = memo.get("lean")
+        if lean is None or not kernels.enabled():
             return None
-        lean, X, rows = got
-        state = self.filter_state_
+        state = self.__dict__["_filter_state"]
         if state.log_weights is not None:
             return None
-        plan = lean[4]
-        f = plan.forward(state.belief.mean.numpy(), rows)
-        biggest = float(np.abs(f).max())
+        got = lean.kernel_row(self, X)
+        if got is None:
+            return None
+        X, rows = got
+        plan = lean.plan
+        f = plan.forward_row(state.mean if type(state) is RowState else state.belief.mean.numpy(), rows)
+        biggest = abs(f.item()) if f.size == 1 else float(np.abs(f).max())
         if not plan.checks_outputs:  # the lean partial_fit of this row checks them with these
-            memo_for(self)["outputs"] = (state, X.copy(), biggest)
+            memo["outputs"] = (state, X.copy(), biggest)
         return state, f, biggest
+
     def _chunks(self, n, n_hypotheses=1):
         per_row = max(1, n_hypotheses * self._adapter.n_outputs * self.n_params_)
         size = max(1, _PREDICT_CHUNK_ENTRIES // per_row)

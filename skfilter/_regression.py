@@ -135,6 +135,14 @@ class FilterRegressorMixin(PredictiveSamplingMixin, RegressorMixin):
         what :func:`~skfilter._validation.regression_target_matrix` returns for a numeric ndarray
         of shape ``(1,)`` (one output) or ``(1, n_outputs_)``, finite and within ``bound`` (a list or
         tuple as ``numpy.asarray`` makes it one, as the full path's fast check does)."""
+        t = type(y)
+        if (t is np.ndarray and y.shape == (1,) and y.dtype.kind in "fiu") or (
+                t is list and len(y) == 1 and type(y[0]) in (float, int)):
+            if self.n_outputs_ == 1:  # one number (river's bridge passes [y]): it alone is converted
+                v = float(y[0])
+                if not -bound <= v <= bound:  # (False for NaN)
+                    return None
+                return np.array([[v]])
         y = targets_array(y)
         if y is None:
             return None
@@ -196,6 +204,8 @@ class FilterRegressorMixin(PredictiveSamplingMixin, RegressorMixin):
         -------
         self : object
         """
+        if sample_weight is None and self._lean_fit(X, y, None):  # one plain row of a stream
+            return self
         self._fit(X, y, sample_weight, reset=False, n_epochs=1, loss=False)
         return self
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import inspect
 import numbers
-import operator
 
 import numpy as np
 import torch
@@ -35,6 +34,9 @@ __all__ = [
     "check_finite_output",
     "regression_target_matrix",
     "unchanged_on_error",
+    "forget_params",
+    "params_version",
+    "restore_attributes",
     "check_structural_params_unchanged",
     "PrefixedParamsMixin",
     "ProbabilisticClassifierMixin",
@@ -60,9 +62,7 @@ class unchanged_on_error:
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is not None and not issubclass(exc_type, FilterStepError):
-            state = vars(self.est)
-            state.clear()
-            state.update(self.snapshot)
+            restore_attributes(self.est, self.snapshot)
         return False
 
 
@@ -177,9 +177,9 @@ class ValidatedParamsMixin:
     :meth:`_check_params` returns the resolved settings of :meth:`_resolve_params` (which starts
     with :func:`check_parameter_constraints`, then checks what depends on several parameters).
     A streaming loop calls it at every ``partial_fit`` (one row costs ~80 µs in all): the settings
-    are remembered (:func:`skfilter._utils.memo_for`) with the parameter objects they were
-    validated from, and returned again while the instance dictionary has the same keys and every
-    public attribute is the same object, provided every one is a value that cannot change in place
+    are remembered (:func:`skfilter._utils.memo_for`) and returned again until a public attribute
+    is set or deleted (:meth:`__setattr__`, ``set_params``; :func:`forget_params` where the instance
+    dictionary is replaced whole), provided every parameter is a value that cannot change in place
     (:func:`skfilter._utils.is_frozen`: numbers, strings, devices, dtypes, classes, tuples of them)
     or is named in :attr:`_type_checked_params` (a parameter whose check depends on its type only,
     such as a wrapper's ``estimator``). Anything else (a list, an array, a module instance) is
@@ -190,28 +190,66 @@ class ValidatedParamsMixin:
     _type_checked_params: tuple = ()
 
     def _check_params(self) -> dict:
-        """Validate the hyper-parameters; returns the resolved settings (a dict nobody modifies)."""
-        state = self.__dict__
+        """Validate the hyper-parameters; returns the resolved settings (a dict nobody modifies),
+        remembered until a public attribute is set or deleted (:meth:`__setattr__`)."""
         memo = memo_for(self)
-        known = memo.get("params")
-        if known is not None:
-            keys, names, values, cfg = known
-            if keys == tuple(state) and all(map(operator.is_, map(state.get, names), values)):
-                return cfg
+        cfg = memo.get("params")
+        if cfg is not None:
+            return cfg
         cfg = self._resolve_params()
-        names = tuple(k for k in state if k[0] != "_" and k[-1] != "_")
-        values = tuple(state[k] for k in names)
+        state = self.__dict__
         reusable = self._type_checked_params
-        if all(is_frozen(v) or k in reusable for k, v in zip(names, values)):
-            memo["params"] = (tuple(state), names, values, cfg)
-        else:
-            memo.pop("params", None)
+        if all(is_frozen(v) or k in reusable for k, v in state.items() if k[0] != "_" and k[-1] != "_"):
+            memo["params"] = cfg
         return cfg
 
     def _resolve_params(self) -> dict:
         """The constraint pass; subclasses add their checks and return the resolved settings."""
         check_parameter_constraints(self)
         return {}
+
+    def __setattr__(self, name, value):
+        """Set the attribute; setting a parameter (a public name without a trailing underscore)
+        forgets the settings :meth:`_check_params` remembered."""
+        if name[0] != "_" and name[-1] != "_":
+            forget_params(self)
+        super().__setattr__(name, value)
+
+    def __delattr__(self, name):
+        if name[0] != "_" and name[-1] != "_":
+            forget_params(self)
+        super().__delattr__(name)
+
+
+def forget_params(est):
+    """Forget the settings :meth:`ValidatedParamsMixin._check_params` remembered for ``est`` (its
+    parameters were set, or its instance dictionary replaced), and its :func:`params_version`."""
+    memo = memo_for(est)
+    memo.pop("params", None)
+    memo.pop("version", None)
+
+
+def params_version(est):
+    """A token of ``est``'s parameters (a :class:`ValidatedParamsMixin`): the same object until one
+    of them is set or deleted (:func:`forget_params`), then a new one; None for an estimator that
+    does not say when its parameters change (not a :class:`ValidatedParamsMixin`)."""
+    if not isinstance(est, ValidatedParamsMixin):
+        return None
+    memo = memo_for(est)
+    token = memo.get("version")
+    if token is None:
+        token = memo["version"] = object()
+    return token
+
+
+def restore_attributes(est, attributes):
+    """Make ``est``'s instance dictionary ``attributes`` (a snapshot taken before a call that
+    failed, or another estimator's), forgetting everything remembered for the replaced one (its
+    memo, :func:`skfilter._utils.memo_for`: settings, one-row records, shortcuts)."""
+    state = vars(est)
+    state.clear()
+    state.update(attributes)
+    memo_for(est).clear()
 
 
 def encode_class_labels(est, y, first, classes=None) -> np.ndarray:

@@ -48,6 +48,7 @@ from ._meta import (RANDOM_STATE_DOC, FilterMetaEstimator, PredictingClassifierM
                     is_filter)
 from ._utils import check_fitted, memo_for, pass_progress, progress_bar, to_numpy
 from ._validation import ValidatedParamsMixin, check_parameter_constraints, raise_invalid_parameter
+from ._validation import restore_attributes
 from .exceptions import FilterStepError
 from .filtering import FilterState
 from .runlength import RESETS, RunLengthState, initial_state, run_runlength
@@ -150,8 +151,7 @@ class _BOCDMeta(ValidatedParamsMixin, FilterMetaEstimator):
                 return self._run_restart(base, inner, restart, X.shape[0], cfg, options, record)
             except BaseException:
                 for est, state in before:
-                    est.__dict__.clear()
-                    est.__dict__.update(state)
+                    restore_attributes(est, state)
                 raise
         if first:
             prior = inner.filter_state_  # the prior belief and initial noise state

@@ -14,7 +14,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_consistent_length, check_is_fitted
 
 from ._utils import given_kwargs
-from ._validation import check_parameter_constraints
+from ._validation import check_parameter_constraints, restore_attributes
 
 __all__ = ["prequential_predict", "prequential_score", "metric_function", "needs_std", "scoring_items",
            "StreamPrefixEstimator"]
@@ -105,8 +105,7 @@ def _reset_in_place(est):
     from sklearn.base import clone
 
     fresh = clone(est)
-    est.__dict__.clear()
-    est.__dict__.update(fresh.__dict__)
+    restore_attributes(est, fresh.__dict__)
 
 
 def _data_free_prior(est):

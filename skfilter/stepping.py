@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import abc
 import functools
+import operator
 import weakref
 
 import numpy as np
@@ -54,13 +55,14 @@ from .kernels.full import full_hypotheses, full_rows
 from .kernels.lofi import DONE, lofi_hypotheses, lofi_rows
 from .kernels.mlp import mlp_program
 from .kernels.observations import LIKELIHOOD_CODES, WEIGHTING_CODES
-from .kernels.predictive import DIAGONAL, FULL, LOFI, forward_rows, predict_rows
+from .kernels.predictive import DIAGONAL, FULL, LOFI, forward_rows, predict_rows, probit_rows
 from .likelihoods import AssumedDensityCategorical, Bernoulli, Categorical, Gaussian, robust_variance_consistency
 from .models import MLPAdapter
 from .posteriors import DiagonalCovariance, FullCovariance, LowRankPrecision, stiffness_limit
 
 __all__ = ["run_filter", "filter_step", "run_compiled", "step_compiled", "linearized_compiled",
-           "linearized_arrays_compiled", "forward_compiled", "handed_back", "plan_for"]
+           "linearized_arrays_compiled", "probit_arrays_compiled", "forward_compiled", "handed_back", "plan_for",
+           "RowState"]
 
 _DTYPES = (torch.float64, torch.float32)
 #: the NumPy dtype of each torch dtype the kernels take
@@ -160,9 +162,9 @@ def linearized(adapter, structure, belief, X, centred=False):
     return None if out is None else (torch.from_numpy(out[0]), torch.from_numpy(out[1]))
 
 
-def linearized_arrays(adapter, structure, belief, X, centred=False):
-    """:func:`linearized`'s ``(f, diag(J Σ Jᵀ))`` (``centred``: ``diag(Π J Σ Jᵀ Π)``) as NumPy arrays
-    (one-row predictions skip the tensors), or None."""
+def _predictive_arguments(adapter, structure, belief):
+    """``(code, first, second, mean)``: a single belief's arrays as :func:`~skfilter.kernels.predictive.predict_rows`
+    takes them for its structure, or None when the kernels do not serve it."""
     mean = belief.mean
     if not _serves_adapter(adapter) or mean.dim() != 1 or not mean.is_cpu or mean.dtype not in _DTYPES:
         return None
@@ -175,15 +177,48 @@ def linearized_arrays(adapter, structure, belief, X, centred=False):
         code, first, second = FULL, _numpy(mean), _numpy(belief.cov)
     else:
         return None
+    return code, first, second, _numpy(mean)
+
+
+def _predictive_call(adapter, structure, belief, X):
+    """``(arguments, f, var)``: the arguments :func:`~skfilter.kernels.predictive.predict_rows` and
+    :func:`~skfilter.kernels.predictive.probit_rows` share for the rows ``X`` of a single belief (the
+    rows, the model's program and input map, the belief's arrays, the outputs ``f`` and ``var`` to
+    write, the stiffness limit), or None when the kernels do not serve the model or structure."""
+    args = _predictive_arguments(adapter, structure, belief)
+    if args is None:
+        return None
+    code, first, second, m = args
     (shapes, offsets, codes), input_map = _program_of(adapter)
-    m = _numpy(mean)
     Xn = _kernel_rows(X, m.dtype)
     f = np.empty((Xn.shape[0], int(shapes[-1, 0])), dtype=m.dtype)
     var = np.empty_like(f)
-    if not predict_rows(Xn, shapes, offsets, codes, *map_arguments(input_map, m.dtype), m, code, first, second, f, var,
-                        stiffness_limit(m.dtype), bool(centred)):
+    return ((Xn, shapes, offsets, codes, *map_arguments(input_map, m.dtype), m, code, first, second, f, var,
+             stiffness_limit(m.dtype)), f, var)
+
+
+def linearized_arrays(adapter, structure, belief, X, centred=False):
+    """:func:`linearized`'s ``(f, diag(J Σ Jᵀ))`` (``centred``: ``diag(Π J Σ Jᵀ Π)``) as NumPy arrays
+    (one-row predictions skip the tensors), or None."""
+    call = _predictive_call(adapter, structure, belief, X)
+    if call is None or not predict_rows(*call[0], bool(centred)):
         return None
-    return f, var
+    return call[1], call[2]
+
+
+def probit_arrays(adapter, structure, belief, X, n_classes):
+    """``(f, proba)``: the logits at the mean and the probit class probabilities ``(n, n_classes)``
+    of the linearised predictive (:func:`~skfilter.kernels.predictive.probit_rows`: the shift-free
+    variances, then :func:`~skfilter.likelihoods.probit_probabilities`'s formulas) as NumPy arrays,
+    in one compiled call; None when the kernels do not serve the model or structure."""
+    call = _predictive_call(adapter, structure, belief, X)
+    if call is None:
+        return None
+    f = call[1]
+    proba = np.empty((f.shape[0], n_classes), dtype=f.dtype)
+    if not probit_rows(*call[0], proba):
+        return None
+    return f, proba
 
 
 def forward(adapter, mean, X):
@@ -310,11 +345,92 @@ def _source_array(x, np_dtype):
     return np.array(x, dtype=np_dtype, order="C")
 
 
+def _state_dtype(state):
+    """The torch dtype of a :class:`FilterState`'s or a :class:`RowState`'s belief."""
+    if type(state) is RowState:
+        return torch.float64 if state.mean.dtype == np.float64 else torch.float32
+    return state.belief.mean.dtype
+
+
 def _numpy(t):
     try:
         return t.numpy()
     except RuntimeError:  # a tensor that requires grad
         return t.detach().numpy()
+
+
+class RowState(tuple):
+    """An estimator's filter state after a one-row step of the compiled LoFi kernel
+    (:meth:`LoFiPlan.run_row`), held as the kernel wrote it: ``mean``, ``diagonal``, ``low_rank``
+    (``Wᵀ``), the prior-predictive ``eta`` and ``m0``, the Gaussian noise vector ``[r_1 … r_C, Σw]``
+    and the last whitening ``scale`` (adaptive noise; None otherwise), ``n_seen`` and ``n_steps``,
+    with the belief and noise state it continues (``template``, ``noise``: their type, prior and
+    fixed noise). A stream of one-row calls goes from one to the next without making a tensor;
+    :meth:`state` makes the :class:`~skfilter.filtering.FilterState` (tensors viewing these arrays)
+    once, when someone reads it. Never written after it is made (a tuple, made by :meth:`make`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfilter import LoFiRegressor, stepping
+    >>> rng = np.random.default_rng(0)
+    >>> X, y = rng.normal(size=(30, 3)), rng.normal(size=30)
+    >>> est = LoFiRegressor(hidden_layer_sizes=(8,), random_state=0).fit(X[:20], y[:20])
+    >>> for i in range(20, 30):
+    ...     _ = est.partial_fit(X[i:i + 1], y[i:i + 1])
+    >>> est.filter_state_.n_seen  # the FilterState, made from the RowState the last call left
+    30
+    """
+
+    __slots__ = ()
+
+    #: one belief (no hypotheses axis), as :attr:`FilterState.log_weights` says
+    log_weights = None
+
+    mean = property(operator.itemgetter(0))
+    diagonal = property(operator.itemgetter(1))
+    low_rank = property(operator.itemgetter(2))
+    eta = property(operator.itemgetter(3))
+    m0 = property(operator.itemgetter(4))
+    noise_vec = property(operator.itemgetter(5))
+    scale = property(operator.itemgetter(6))
+    n_seen = property(operator.itemgetter(7))
+    n_steps = property(operator.itemgetter(8))
+    template = property(operator.itemgetter(9))
+    noise = property(operator.itemgetter(10))
+
+    @classmethod
+    def make(cls, mean, diagonal, low_rank, eta, m0, noise_vec, scale, n_seen, n_steps, template, noise, state=None):
+        """A :class:`RowState` of these values (``state``: its :class:`~skfilter.filtering.FilterState`,
+        when there is one already)."""
+        return tuple.__new__(cls, (mean, diagonal, low_rank, eta, m0, noise_vec, scale, n_seen, n_steps, template,
+                                   noise, [state]))
+
+    def __reduce__(self):
+        return tuple.__new__, (type(self), tuple(self))
+
+    def state(self) -> FilterState:
+        """The :class:`~skfilter.filtering.FilterState` of these arrays (made on the first call,
+        the same object after): the belief of ``template``'s type over tensors viewing ``mean``,
+        ``diagonal``, ``low_rank``, and for adaptive noise ``{'r', 'weight', 'scale'}`` viewing the
+        noise vector and the whitening (else the ``noise`` it continues)."""
+        mean, diagonal, low_rank, _, _, vec, scale, n_seen, n_steps, b, noise, made = self
+        state = made[0]
+        if state is None:
+            belief = type(b)(torch.from_numpy(mean), torch.from_numpy(diagonal), torch.from_numpy(low_rank),
+                             b.prior_precision, b.prior_mean, n_steps)
+            if scale is not None:
+                C = scale.shape[0]
+                noise = {"r": torch.from_numpy(vec[:C]), "weight": torch.from_numpy(vec[C:].reshape(())),
+                         "scale": torch.from_numpy(scale.reshape(C, 1))}
+            state = made[0] = FilterState(belief, noise, n_seen)
+        return state
+
+    def state_dict(self) -> dict:
+        """The values that define this state (for comparisons): its arrays and counts."""
+        return {"mean": self.mean, "diagonal": self.diagonal, "low_rank": self.low_rank, "eta": self.eta,
+                "m0": self.m0, "noise_vec": self.noise_vec, "scale": self.scale, "n_seen": self.n_seen,
+                "n_steps": self.n_steps}
 
 
 class KernelPlan(abc.ABC):
@@ -331,6 +447,8 @@ class KernelPlan(abc.ABC):
         self.code = LIKELIHOOD_CODES[type(lik).__name__]
         self.max_abs = float(lik.max_abs_output or 0.0)
         self.program, self.input_map = _program_of(parts.adapter)
+        #: the model's outputs per row
+        self.n_outputs = int(self.program[0][-1, 0])
         self.weight_kind, self.weight_c = _weighting_of(parts)
         self._maps = {}
         #: whether a step's outputs are those at the state's mean (no decay moves the mean first), so
@@ -570,6 +688,14 @@ class KernelPlan(abc.ABC):
         forward_rows(Xn, shapes, offsets, codes, *self.map_args(m.dtype), m, f)
         return f
 
+    def forward_row(self, m, X):
+        """:meth:`forward` of rows ``X`` already as the kernels take them (a C-contiguous array of
+        ``m``'s dtype), with this plan's constants: the same kernel call."""
+        f = np.empty((X.shape[0], self.n_outputs), dtype=m.dtype)
+        shapes, offsets, codes = self.program
+        forward_rows(X, shapes, offsets, codes, *self.map_args(m.dtype), m, f)
+        return f
+
     def run_row(self, parts, state, X, Y, output_bound=None):
         """:meth:`run` for one row, unweighted, unrecorded, without progress (an estimator's lean
         one-row ``partial_fit``, :meth:`skfilter._estimator.BaseFilter._lean_fit`): ``X (1, D)`` and
@@ -577,7 +703,10 @@ class KernelPlan(abc.ABC):
         as :meth:`run` (bit for bit). ``output_bound`` (with :attr:`checks_outputs`): a row whose
         outputs exceed it is handed back unlearned. Returns the new state, or None when the kernel
         hands the step back (nothing learned, nothing counted: the caller's full path redoes it).
-        Raises as :meth:`run`, with ``last_good_state`` (``state``) and ``rows_done`` (0)."""
+        Raises as :meth:`run`, with ``last_good_state`` (``state``) and ``rows_done`` (0). ``state``
+        may be a :class:`RowState` (a structure's own one-row path left it)."""
+        if type(state) is RowState:
+            state = state.state()
         belief = state.belief
         np_dtype = _NP_DTYPES[belief.mean.dtype]
         C = Y.shape[1]
@@ -688,55 +817,87 @@ class LoFiPlan(KernelPlan):
         return slot  # the next call goes on from it (the kernel alternates the slots)
 
     def run_row(self, parts, state, X, Y, output_bound=None):
-        """:meth:`KernelPlan.run_row` for a static LoFi continuing from the state this plan's last
-        one-row call returned (a streaming loop): the kernel reads that state's arrays and writes
-        one fresh slot, which the new state's tensors view — no conversion, no copy of the belief.
-        Anything else takes the general :meth:`KernelPlan.run_row`. The same kernel call (bit for
-        bit)."""
-        last = self.__dict__.get("_last")
-        belief = state.belief
-        if last is None or last[0] is not belief or last[1] is not state.noise or len(last) < 6 \
-                or output_bound is None or self.g != 1.0 or self.q != 0.0:
-            new = KernelPlan.run_row(self, parts, state, X, Y, output_bound)
-            last = self.__dict__.get("_last")
-            if new is not None and last is not None and output_bound is not None and self.g == 1.0 and self.q == 0.0:
-                np_dtype = last[2]
-                consts = (*self._row_constants(Y.shape[1], np_dtype), {}, self.map_args(np_dtype))
-                self._last = (*last, consts)  # the next one-row call takes the fast path
-            return new
-        self._last = None
-        _, noise, np_dtype, (mean0, diag0, W0, eta, m0), noise_prev, consts = last
-        params, adaptive, ones, limit, tiny, (rf, rq, rn), bound_of, map_args = consts
-        max_abs = bound_of.get(output_bound)
-        if max_abs is None:
-            max_abs = bound_of[output_bound] = self.row_bound(output_bound)
+        """:meth:`KernelPlan.run_row` for a static LoFi (no decay, no process noise) with an output
+        bound: the kernel reads the belief where it lies — the arrays of a :class:`RowState`, or of
+        the tensors of a :class:`~skfilter.filtering.FilterState` — and writes one fresh slot, which
+        the new :class:`RowState` holds as it is: no conversion, no copy of the belief, no tensor
+        made per row. Anything else takes the general :meth:`KernelPlan.run_row`. The same kernel
+        call (bit for bit)."""
+        if self.g != 1.0 or self.q != 0.0 or output_bound is None:
+            return KernelPlan.run_row(self, parts, state, X, Y, output_bound)
         C = Y.shape[1]
+        return self.step_row(state, X, Y, self.row_arguments(C, _NP_DTYPES[_state_dtype(state)], output_bound))
+
+    def row_arguments(self, C, np_dtype, output_bound):
+        """What :meth:`step_row` passes unchanged for ``C`` outputs, a NumPy dtype and an output
+        bound, built once per combination: ``(head, middle, tail, adaptive, np_dtype, C)`` (the
+        kernel's constant arguments in three runs); None when this plan has no one-row step (decay
+        or process noise: :meth:`KernelPlan.run_row`)."""
+        if self.g != 1.0 or self.q != 0.0:
+            return None
+        key = (C, np_dtype, output_bound)
+        known = self.__dict__.setdefault("_row_arguments", {}).get(key)
+        if known is None:
+            params, adaptive, ones, limit, tiny, (rf, rq, rn) = self._row_constants(C, np_dtype)
+            shapes, offsets, codes = self.program
+            head = (ones, False, 1, shapes, offsets, codes, *self.map_args(np_dtype))
+            middle = (params, adaptive, self.row_bound(output_bound), self.weight_kind, self.weight_c, 1.0, 0.0)
+            known = self._row_arguments[key] = (head, middle, (False, rf, rq, rn, limit, tiny), adaptive, np_dtype, C)
+        return known
+
+    def step_row(self, state, X, Y, arguments):
+        """:meth:`run_row` with its constants resolved (:meth:`row_arguments`): the new
+        :class:`RowState`, or None when the kernel hands the step back."""
+        head, middle, tail, adaptive, np_dtype, C = arguments
+        if type(state) is not RowState:
+            state = self.row_state(state, C)
+        mean0, W0 = state.mean, state.low_rank
         P = mean0.shape[0]
         means = np.empty((1, P), dtype=np_dtype)  # one row: the kernel writes slot 0 only
         diags = np.empty((1, P), dtype=np_dtype)
         factors = np.empty((1, W0.shape[0], P), dtype=np_dtype)
         scale = np.empty(C, dtype=np_dtype)
-        noise_vec = noise_prev.copy()  # the last state's noise views its vector
-        shapes, offsets, codes = self.program
+        noise_vec = state.noise_vec.copy()  # the state's noise views its vector
         try:
-            done, status, _ = lofi_rows(X, Y, ones, False, 1, shapes, offsets, codes, *map_args, mean0, diag0, W0,
-                                        means, diags, factors, -1, self.code, noise_vec, params, adaptive, max_abs,
-                                        self.weight_kind, self.weight_c, 1.0, 0.0, eta, m0, False, rf, rq, rn, limit,
-                                        tiny, scale)
+            done, status, _ = lofi_rows(X, Y, *head, mean0, state.diagonal, W0, means, diags, factors, -1, self.code,
+                                        noise_vec, *middle, state.eta, state.m0, *tail, scale)
         except BaseException as exc:
-            _mark_row_failure(exc, state)
+            _mark_row_failure(exc, state.state())
             raise
         if status != DONE or not done:
-            self._last = last
             return None
-        if adaptive:
-            noise = self._noise_state(noise, noise_vec, scale, C, True)
-        mean, diag, W = means[0], diags[0], factors[0]
-        n_steps = belief.n_steps
-        new_belief = type(belief)(torch.from_numpy(mean), torch.from_numpy(diag), torch.from_numpy(W),
-                                  belief.prior_precision, belief.prior_mean, None if n_steps is None else n_steps + 1)
-        self._last = (new_belief, noise, np_dtype, (mean, diag, W, eta, m0), noise_vec, consts)
-        return FilterState(new_belief, noise, state.n_seen + 1)
+        n_steps = state.n_steps
+        return RowState.make(means[0], diags[0], factors[0], state.eta, state.m0, noise_vec,
+                             scale if adaptive else None, state.n_seen + 1, None if n_steps is None else n_steps + 1,
+                             state.template, state.noise)
+
+    def probit_row(self, state, X, n_classes):
+        """The probit class probabilities ``(n, n_classes)`` of the belief a :class:`RowState` holds
+        for the rows ``X`` (an array of its dtype): :func:`probit_arrays`' kernel call on the same
+        arrays (bit for bit), or None."""
+        shapes, offsets, codes = self.program
+        m = state.mean
+        f = np.empty((X.shape[0], int(shapes[-1, 0])), dtype=m.dtype)
+        var = np.empty_like(f)
+        proba = np.empty((X.shape[0], n_classes), dtype=m.dtype)
+        if not probit_rows(X, shapes, offsets, codes, *self.map_args(m.dtype), m, LOFI, state.diagonal,
+                           state.low_rank, f, var, stiffness_limit(m.dtype), proba):
+            return None
+        return proba
+
+    def row_state(self, state, C):
+        """``state`` (a single-belief :class:`~skfilter.filtering.FilterState` of this plan's
+        filter, ``C`` outputs) as a :class:`RowState` over its own arrays (views where they are
+        already what the kernel reads; the noise as the kernel's vector), which it keeps as its
+        :meth:`RowState.state`."""
+        b = state.belief
+        np_dtype = _NP_DTYPES[b.mean.dtype]
+        mean, diagonal, low_rank = (_source_array(_numpy(x), np_dtype) for x in (b.mean, b.diagonal, b.low_rank))
+        eta = np.ascontiguousarray(_numpy(b.prior_precision).reshape(-1), dtype=np_dtype)
+        m0 = np.ascontiguousarray(_numpy(b.prior_mean), dtype=np_dtype)
+        noise_vec = self._noise_vector(state.noise, C, np_dtype)
+        return RowState.make(mean, diagonal, low_rank, eta, m0, noise_vec, None, state.n_seen,
+                             getattr(b, "n_steps", None), b, state.noise, state)
 
     def stack(self, b, np_dtype):
         K = b.mean.shape[0]
@@ -934,6 +1095,13 @@ def linearized_compiled(adapter, structure, belief, X, centred=False):
     if not enabled():
         return None
     return linearized(adapter, structure, belief, X, centred)
+
+
+def probit_arrays_compiled(adapter, structure, belief, X, n_classes):
+    """:func:`probit_arrays` when the kernels are on: ``(f, proba)`` as NumPy arrays, or ``None``."""
+    if not enabled():
+        return None
+    return probit_arrays(adapter, structure, belief, X, n_classes)
 
 
 def linearized_arrays_compiled(adapter, structure, belief, X, centred=False):

@@ -41,6 +41,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ._validation import restore_attributes
+
 #: rows of the stream that fix a data-scaled prior by default (measured: doc/prior_rows_table.md)
 DEFAULT_PRIOR_ROWS = 50
 
@@ -233,6 +235,5 @@ def prequential_fit_record(est, X, y, sample_weight=None, classes=None):
             record_rest=lambda Xr, yr, wr: est._learn_rows(Xr, yr, wr, first=False, record=True))
     except BaseException as exc:
         if not isinstance(exc, FilterStepError):
-            est.__dict__.clear()
-            est.__dict__.update(before)
+            restore_attributes(est, before)
         raise

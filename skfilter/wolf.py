@@ -26,13 +26,13 @@ import operator
 from numbers import Real
 
 import numpy as np
-from sklearn.base import ClassifierMixin, RegressorMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 
 from ._meta import (RANDOM_STATE_DOC, FilterMetaEstimator, PredictingClassifierMixin, PredictingRegressorMixin,
                     is_filter)
 from ._utils import check_fitted, is_frozen, memo_for
-from ._validation import ValidatedParamsMixin, check_parameter_constraints
+from ._validation import ValidatedParamsMixin, check_parameter_constraints, params_version
 from .exceptions import FilterStepError
 from .priors import target_scale
 from .weighting import WEIGHTINGS, WeightingFunction, make_weighting
@@ -201,6 +201,9 @@ class _WoLFMeta(ValidatedParamsMixin, FilterMetaEstimator):
 
         A call that fails validation leaves this estimator as it was (a new clone is installed only
         once it learned, or failed inside a step, where the rows learned are kept)."""
+        base = None if first else self._prepared()
+        if base is not None:  # nothing _prepare checks or installs has changed: the filter as it is
+            return getattr(base, call)(X, y, sample_weight=sample_weight, **kwargs)
         base, scale, weighting, previous = self._prepare(first, y, sample_weight, kwargs.get("classes"))
         try:
             out = getattr(base, call)(X, y, sample_weight=sample_weight, **kwargs)
@@ -213,9 +216,56 @@ class _WoLFMeta(ValidatedParamsMixin, FilterMetaEstimator):
             raise
         if not first and self.__dict__.get("estimator_") is base and self.__dict__.get("target_scale_") is scale \
                 and previous is weighting and self.__dict__.get("_fitted_structure") is not None:
+            self._keep_prepared()
             return out  # installed as it was, its structure checked by _prepare: nothing to record again
         self._install(base, scale, weighting)
+        self._keep_prepared()
         return out
+
+    def _keep_prepared(self):
+        """Remember, after a call that prepared and installed the filter, what :meth:`_prepared`
+        compares: the settings of the current parameters, the installed filter, target scale,
+        weighting and recorded structure, and the :func:`~skfilter._validation.params_version` of
+        the base estimator and every estimator it wraps (none kept when one cannot say)."""
+        memo = memo_for(self)
+        memo.pop("prepared", None)
+        d = self.__dict__
+        cfg = memo.get("params")
+        base = d.get("estimator_")
+        if cfg is None or base is None or d.get("_fitted_structure") is None:
+            return
+        versions, stack = [], [] if self.estimator is None else [self.estimator]
+        while stack:
+            est = stack.pop()
+            token = params_version(est)
+            if token is None:
+                return
+            versions.append((est, token))
+            stack.extend(v for v in vars(est).values() if isinstance(v, BaseEstimator))
+        memo["prepared"] = (cfg, base, d.get("target_scale_"), d.get("weighting_"), d["_fitted_structure"],
+                            tuple(versions))
+
+    def _prepared(self):
+        """The installed filter when a later call needs nothing of :meth:`_prepare` — the same
+        settings (no parameter set since :meth:`_keep_prepared`), the same filter, target scale,
+        weighting and recorded structure, no parameter of the base estimator (deep) set, and (a
+        regressor) a stream whose first rows are complete — else None."""
+        memo = memo_for(self)
+        known = memo.get("prepared")
+        if known is None:
+            return None
+        cfg, base, scale, weighting, recorded, versions = known
+        d = self.__dict__
+        if memo.get("params") is not cfg or d.get("estimator_") is not base or d.get("target_scale_") is not scale \
+                or d.get("weighting_") is not weighting or d.get("_fitted_structure") is not recorded \
+                or base.__dict__.get("_weighting") is not weighting:
+            return None
+        for est, token in versions:
+            if memo_for(est).get("version") is not token:
+                return None
+        if self._kind == "regressor" and base._prior_pending:
+            return None
+        return base
 
     def _learn_rows(self, X, y, sample_weight=None, *, first, classes=None, record=False):
         kwargs = {} if classes is None else {"classes": classes}

@@ -222,6 +222,7 @@ def test_output_too_large_on_the_lean_path_raises_the_full_paths_error():
     # an output limit this row's output exceeds (the real one needs outputs whose square overflows)
     limit = float(np.abs(est.predict(Xb)).max()) / 2
     with mock.patch("skfilter._estimator.output_limit", return_value=limit):
+        est._keep_lean(est._check_params())  # the one-row path takes its bounds when it is set up
         with full_paths():
             want = _error(lambda: copy.deepcopy(est).partial_fit(Xb, [1.0]))
         for remembered in (True, False):  # the outputs of a prediction of the row, or a forward pass
@@ -309,3 +310,46 @@ def test_lean_partial_fit_keeps_earlier_states_intact():
     _loop(est, X, y, range(14, 24))
     for a, b in zip(held.belief[:3], copies):
         assert torch.equal(a, b)
+
+
+def test_a_one_row_stream_holds_the_kernels_arrays_and_pickles_and_continues_as_it_would():
+    import pickle
+
+    X, y = _regression()
+    est = REGRESSORS["lofi"]().fit(X[:10], y[:10])
+    _loop(est, X, y, range(10, 20))
+    held = vars(est)["_filter_state"]
+    assert type(held) is stepping.RowState  # no tensors made per row
+    assert held.state() is held.state() and est.filter_state_ is held.state()  # made once, when read
+    twin = pickle.loads(pickle.dumps(est))
+    assert type(vars(twin)["_filter_state"]) is stepping.RowState
+    _assert_same_estimators(est, twin)
+    with _Count() as count:
+        got = _loop(est, X, y, range(20, 30))
+        want = _loop(twin, X, y, range(20, 30))
+    assert count.served >= 19
+    for p, q in zip(got, want):
+        _assert_same_predictions(p, q)
+    _assert_same_estimators(est, twin)
+
+
+def test_wolf_one_row_calls_see_a_changed_base_parameter():
+    X, y = _regression()
+    est = REGRESSORS["wolf"]().fit(X[:10], y[:10])
+    _loop(est, X, y, range(10, 20))
+    est.set_params(estimator__rank=3)  # the stream's structure: the next call must refuse it
+    with pytest.raises(ValueError, match="changed since the stream was started"):
+        est.partial_fit(X[20][None], np.array([y[20]]))
+    est.set_params(estimator__rank=2)  # back: the stream goes on
+    lean, full = copy.deepcopy(est), copy.deepcopy(est)
+    lean.set_params(threshold=0.5)  # a weighting parameter takes effect at the next one-row call
+    full.set_params(threshold=0.5)
+    with _Count() as count:
+        got = _loop(lean, X, y, range(20, 30))
+    with full_paths():
+        want = _loop(full, X, y, range(20, 30))
+    assert count.served >= 9
+    for p, q in zip(got, want):
+        _assert_same_predictions(p, q)
+    _assert_same_estimators(lean, full)
+    assert lean.weighting_ is not None and lean.estimator_._weighting is lean.weighting_

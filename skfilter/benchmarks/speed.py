@@ -36,7 +36,9 @@ and its load, ratios much less. The targets of issue 18 were set when that refer
     ``LoFiRegressor``, each as a ratio to its own per-row cost inside one ``partial_fit`` of the same
     rows (targets :data:`CALL_TARGETS`: 1.5, 1.7, 2, 2), and river's bridge
     (``river.compat.convert_sklearn_to_river``: ``predict_one``/``predict_proba_one`` + ``learn_one``
-    on dicts) as a ratio to the direct one-row calls (target 1.2; skipped without river).
+    on dicts) as a ratio to the direct one-row calls (target 1.2; skipped without river). Each ratio
+    is the median over the rounds of the round's ratio (both timed in every round, one after the
+    other), so that the machine's faster and slower spells cancel.
 ``digits``
     ``LoFiClassifier().fit(X, y)`` on scikit-learn's digits (1,797 rows, 64 raw features, 10
     classes; the default MLP), wall seconds (median of ``--fit-repeats`` fits from scratch), beside
@@ -672,7 +674,11 @@ def time_calls(stream, n_rows=DEFAULT_N_ROWS, repeats=5, device="cpu", dtype="fl
         by[later_name].update(ref=first_name, ratio=by[later_name]["value"] / by[first_name]["value"])
     for name, (ref, target) in CALL_TARGETS.items():
         if name in by and ref in by:
-            by[name].update(ref=ref, ratio=by[name]["value"] / by[ref]["value"], target_ratio=target)
+            # the median of the rounds' ratios (interleave times both in each round, side by side):
+            # the machine's slower and faster spells cancel within a round
+            per_round = [(a / by[name]["n_rows"]) / (b / by[ref]["n_rows"])
+                         for a, b in zip(by[name]["times"], by[ref]["times"])]
+            by[name].update(ref=ref, ratio=median(per_round), target_ratio=target)
             cpu, cpu_ref = by[name].get("cpu_us_per_row"), by[ref].get("cpu_us_per_row")
             if cpu and cpu_ref:
                 by[name]["cpu_ratio"] = cpu / cpu_ref
@@ -965,7 +971,8 @@ def notes(results, settings, env) -> list:
             if r is not None and r.get("ratio") is not None:
                 cpu = f" (CPU time: {r['cpu_ratio']:.2f}×)" if r.get("cpu_ratio") else ""
                 lines.append(f"{name}: {r['value']:.0f} µs/row = {r['ratio']:.2f}× {ref} "
-                             f"({by_name[ref]['value']:.0f}){cpu}; target ≤ {target}×: {r['meets_ratio']}.")
+                             f"({by_name[ref]['value']:.0f}; the median of the rounds' ratios){cpu}; "
+                             f"target ≤ {target}×: {r['meets_ratio']}.")
     if "MLPClassifier.fit" in by_name and "LoFiClassifier.fit" in by_name:
         d, m = by_name["LoFiClassifier.fit"], by_name["MLPClassifier.fit"]
         lines.append(f"Digits ({d['n_rows']} rows): LoFiClassifier().fit {d['value']:.2f} s (P = {d['n_params']:,}, "

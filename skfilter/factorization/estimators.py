@@ -47,7 +47,6 @@ import math
 import numbers
 import os
 import warnings
-from operator import itemgetter
 
 import numpy as np
 import torch
@@ -57,11 +56,12 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import type_of_target
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._utils import pass_progress, progress_bar, resolve_device, resolve_dtype
+from .._utils import memo_for, pass_progress, progress_bar, resolve_device, resolve_dtype
 from ..exceptions import EntityColumnsWarning, FilterStepError
 from .. import kernels as _kernels
 from ..kernels.factorization import kernel_plan, predict_events_compiled, run_events_compiled, serves
 from .._validation import PrefixedParamsMixin, ValidatedParamsMixin, check_parameter_constraints
+from .._validation import params_version, restore_attributes
 from ..likelihoods import Bernoulli, Categorical, Gaussian, Poisson, probit_probabilities, shift_free_logit_variance
 from ..priors import input_standardization, target_scale
 from ..stream_start import DEFAULT_PRIOR_ROWS, StreamStart, copy_rows, generator_for
@@ -156,7 +156,7 @@ class _OneRow:
         scale = [float(v) for v in est._context_scale] if n_ctx else []
         self.ctx_cols = tuple(zip(self.ctx, off, scale))
         self.f32 = f.dtype == torch.float32
-        self.params = None  # (getter of the parameters from vars(est), their values) after a validation
+        self.params = None  # the parameters' version token (_validation.params_version) after a validation
         self.last = (None, None)  # the array last read and its row: keys and values still hold it
         self.classes = None
         if hasattr(est, "classes_"):
@@ -599,8 +599,7 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
             self._restarting = start
             self._fit(Xall, yall, wall, reset=True, classes=labels, passes=1)
         except BaseException:
-            vars(self).clear()
-            vars(self).update(before)
+            restore_attributes(self, before)
             raise
         self._stream_start = None if start.complete else start._replace(calls=start.calls)
         return self
@@ -734,7 +733,7 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
         if type(y) is not np.ndarray or y.shape != (1,):
             return False
         try:
-            if one.params[0](self.__dict__) != one.params[1]:  # set_params since the last validation
+            if memo_for(self).get("version") is not one.params:  # set_params since the last validation
                 return False
             target = self._fast_target(y, one)
         except Exception:  # the full validation says what is wrong
@@ -749,8 +748,9 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
                 return False
             plan, keys, vals = parsed
             plan.learn_one(keys, target, vals)
-        self.n_samples_seen_ += 1
-        self.n_iter_ += 1
+        d = self.__dict__  # (fitted attributes: no parameter's memo to forget)
+        d["n_samples_seen_"] += 1
+        d["n_iter_"] += 1
         return True
 
     def _fast_predict(self, X):
@@ -768,12 +768,8 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
         """After the parameters passed the validation of a ``partial_fit`` on this filter."""
         one = self.__dict__.get("_one_row")
         if one is not None and one.filt is self.__dict__.get("filter_"):
-            names = tuple(self.get_params(deep=False))
-            try:
-                getter = itemgetter(*names)
-                one.params = None if self.verbose else (getter, getter(self.__dict__))
-            except KeyError:
-                one.params = None
+            # the token of these parameter values: another object once one is set (set_params)
+            one.params = None if self.verbose else params_version(self)
 
     # -- predictions --------------------------------------------------------------------------------
     # -- predictions --------------------------------------------------------------------------------
@@ -826,8 +822,7 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
         except FilterStepError:
             raise
         except BaseException:  # bad input: nothing learned
-            vars(self).clear()
-            vars(self).update(previous)
+            restore_attributes(self, previous)
             raise
         return self._format(1, self._record_body(rec), return_std, method)
 
@@ -882,8 +877,7 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
         except FilterStepError:
             raise
         except BaseException:  # bad input: the estimator as it was
-            vars(self).clear()
-            vars(self).update(previous)
+            restore_attributes(self, previous)
             raise
 
     def _prequential_from_start(self, X, y, return_std, method, sample_weight, classes):

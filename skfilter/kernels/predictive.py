@@ -16,6 +16,8 @@ difference cancels) is reported and the caller takes the torch path's square-roo
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
@@ -102,6 +104,45 @@ def predict_rows(X, shapes, offsets, codes, in_scale, in_shift, in_bound, mean, 
                 for a in range(L):
                     s += A[c, a] * A[c, a]
                 var_out[i, c] -= s
+    return True
+
+
+@njit(cache=True, nogil=True)
+def probit_rows(X, shapes, offsets, codes, in_scale, in_shift, in_bound, mean, kind, first, second, f_out, var_out,
+                limit, proba_out):
+    """The probit approximation of the linearised predictive's class probabilities ``proba (n, K)``
+    of the raw rows ``X`` (:func:`~skfilter.likelihoods.probit_probabilities_array`'s formulas): the
+    logits ``f`` and variances of :func:`predict_rows` — with ``C ≥ 2`` logits the shift-free
+    variances ``C/(C − 1) · max(diag(Π J Σ Jᵀ Π), 0)`` (:func:`~skfilter.likelihoods.shift_free_logit_variance`)
+    — scaled ``z = f / √(1 + π v / 8)``, then ``(1 − σ(z), σ(z))`` for one logit or the softmax
+    (shifted by the row's largest ``z``). Returns False as :func:`predict_rows` does."""
+    C = f_out.shape[1]
+    if not predict_rows(X, shapes, offsets, codes, in_scale, in_shift, in_bound, mean, kind, first, second, f_out,
+                        var_out, limit, C > 1):
+        return False
+    c8 = math.pi / 8.0
+    for i in range(X.shape[0]):
+        if C == 1:
+            z = f_out[i, 0] / math.sqrt(1.0 + c8 * var_out[i, 0])
+            p1 = 1.0 / (1.0 + math.exp(-z)) if z >= 0.0 else math.exp(z) / (1.0 + math.exp(z))
+            proba_out[i, 0] = 1.0 - p1
+            proba_out[i, 1] = p1
+            continue
+        factor = C / (C - 1.0)
+        top = -np.inf
+        for c in range(C):
+            v = var_out[i, c]
+            z = f_out[i, c] / math.sqrt(1.0 + c8 * (max(v, 0.0) * factor))
+            proba_out[i, c] = z
+            if z > top:
+                top = z
+        total = 0.0
+        for c in range(C):
+            e = math.exp(proba_out[i, c] - top)
+            proba_out[i, c] = e
+            total += e
+        for c in range(C):
+            proba_out[i, c] /= total
     return True
 
 
