@@ -680,17 +680,10 @@ class KernelPlan(abc.ABC):
             return state, None
         return state, (torch.cat(outs) if outs else None)
 
-    def forward(self, m, X):
-        """The model's outputs at the mean ``m`` (an array) for the rows ``X`` (:func:`forward_array`)."""
-        shapes, offsets, codes = self.program
-        Xn = _kernel_rows(X, m.dtype)
-        f = np.empty((Xn.shape[0], int(shapes[-1, 0])), dtype=m.dtype)
-        forward_rows(Xn, shapes, offsets, codes, *self.map_args(m.dtype), m, f)
-        return f
-
     def forward_row(self, m, X):
-        """:meth:`forward` of rows ``X`` already as the kernels take them (a C-contiguous array of
-        ``m``'s dtype), with this plan's constants: the same kernel call."""
+        """The model's outputs at the mean ``m`` (an array) for rows ``X`` already as the kernels take
+        them (a C-contiguous array of ``m``'s dtype), with this plan's constants: the kernel call of
+        :func:`forward_array`."""
         f = np.empty((X.shape[0], self.n_outputs), dtype=m.dtype)
         shapes, offsets, codes = self.program
         forward_rows(X, shapes, offsets, codes, *self.map_args(m.dtype), m, f)
