@@ -80,6 +80,15 @@ def _loop(est, X, y, rows, as_rows=lambda x: x[None], as_targets=lambda t: np.ar
     return out
 
 
+def _assert_same_streams(got, want, a=None, b=None):
+    """The predictions of two streams equal row by row, bit for bit (and, given, the estimators' states)."""
+    assert len(got) == len(want)
+    for p, q in zip(got, want):
+        _assert_same_predictions(p, q)
+    if a is not None:
+        _assert_same_estimators(a, b)
+
+
 @pytest.mark.parametrize("targets", ["array", "list"])
 @pytest.mark.parametrize("name", sorted(REGRESSORS))
 def test_regressor_lean_path_equals_the_full_path(name, targets):
@@ -92,9 +101,7 @@ def test_regressor_lean_path_equals_the_full_path(name, targets):
     with full_paths():
         want = _loop(full, X, y, range(10, 50), as_targets=as_targets)
     assert count.served >= 38  # every call after the first of the loop (which makes the lean record)
-    for p, q in zip(got, want):
-        _assert_same_predictions(p, q)
-    _assert_same_estimators(lean, full)
+    _assert_same_streams(got, want, lean, full)
     inner_a, inner_b = getattr(lean, "estimator_", lean), getattr(full, "estimator_", full)
     assert inner_a.n_iter_ == inner_b.n_iter_ and len(inner_a.loss_curve_) == len(inner_b.loss_curve_)
     _assert_same_predictions(_predictions(lean, X), _predictions(full, X))
@@ -112,9 +119,7 @@ def test_classifier_lean_path_equals_the_full_path():
     with full_paths():
         want = _loop(full, X, labels, range(10, 50)) + _loop(full, X, labels, range(50, 55), as_targets=lambda t: [t])
     assert count.served >= 43
-    for p, q in zip(got, want):
-        _assert_same_predictions(p, q)
-    _assert_same_estimators(lean, full)
+    _assert_same_streams(got, want, lean, full)
 
 
 def test_no_lean_path_while_the_first_rows_are_pending():
@@ -150,8 +155,7 @@ def test_float32_rows_and_other_layouts_on_the_lean_path():
         got = _loop(lean, X, y, rows, as_rows=as_rows)
         with full_paths():
             want = _loop(full, X, y, rows, as_rows=as_rows)
-        for p, q in zip(got, want):
-            _assert_same_predictions(p, q)
+        _assert_same_streams(got, want)
     _assert_same_estimators(lean, full)
 
 
@@ -328,9 +332,7 @@ def test_a_one_row_stream_holds_the_kernels_arrays_and_pickles_and_continues_as_
         got = _loop(est, X, y, range(20, 30))
         want = _loop(twin, X, y, range(20, 30))
     assert count.served >= 19
-    for p, q in zip(got, want):
-        _assert_same_predictions(p, q)
-    _assert_same_estimators(est, twin)
+    _assert_same_streams(got, want, est, twin)
 
 
 def test_wolf_one_row_calls_see_a_changed_base_parameter():
@@ -349,7 +351,5 @@ def test_wolf_one_row_calls_see_a_changed_base_parameter():
     with full_paths():
         want = _loop(full, X, y, range(20, 30))
     assert count.served >= 9
-    for p, q in zip(got, want):
-        _assert_same_predictions(p, q)
-    _assert_same_estimators(lean, full)
+    _assert_same_streams(got, want, lean, full)
     assert lean.weighting_ is not None and lean.estimator_._weighting is lean.weighting_
