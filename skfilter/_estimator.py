@@ -140,20 +140,11 @@ class _LeanPath:
             row = X[0]
             if not float(row.dot(row)) <= self.bound2:
                 return None
-        elif (t is list or t is tuple) and len(X) == 1:  # river's bridge: what _fast_rows accepts, as it converts
-            try:
-                X = np.asarray(X)
-            except (ValueError, TypeError):
+        elif (t is list or t is tuple) and len(X) == 1:  # river's bridge: the full path's fast check and conversion
+            X = est._fast_rows(X, est._dtype)
+            if X is None or X.shape != self.shape:
                 return None
             dtype = X.dtype
-            if dtype.kind not in "fiu" or X.shape != self.shape:
-                return None
-            if dtype is not _F64:
-                X = X.astype(np.float64)
-                dtype = _F64
-            row = X[0]
-            if not float(row.dot(row)) <= self.bound2:
-                return None
         else:
             return None
         flags = X.flags
@@ -381,7 +372,8 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
                 return None
             if X.dtype.kind not in "fiu":
                 return None
-            X = X.astype(np.float64)
+            if X.dtype != np.float64:  # (a list of floats is one already: no second copy)
+                X = X.astype(np.float64)
         else:
             return None
         if X.ndim != 2 or X.shape[0] == 0 or "feature_names_in_" in self.__dict__ \
