@@ -90,12 +90,19 @@ import torch
 
 
 def _moments(a: np.ndarray, weights=None):
+    """Column-wise weighted mean and standard deviation of ``a (n, C)`` (unit weights for None or
+    weights of no total), computed as ``numpy.average`` computes them (the same rounding)."""
     a = np.asarray(a, dtype=np.float64)
     w = np.ones(a.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
     if not w.sum() > 0:
         w = np.ones(a.shape[0])
-    mean = np.average(a, axis=0, weights=w)
-    return mean, np.sqrt(np.average((a - mean) ** 2, axis=0, weights=w))
+    if a.ndim != 2 or w.shape != a.shape[:1]:
+        mean = np.average(a, axis=0, weights=w)
+        return mean, np.sqrt(np.average((a - mean) ** 2, axis=0, weights=w))
+    w = w[:, None]  # numpy.average's own steps, without its checks (a few µs per call on small arrays)
+    total = w.sum(axis=0)
+    mean = np.multiply(a, w).sum(axis=0) / total
+    return mean, np.sqrt(np.multiply((a - mean) ** 2, w).sum(axis=0) / total)
 
 
 #: standardised inputs of the default MLP are clipped to ``[−INPUT_BOUND, INPUT_BOUND]`` (module docstring)
@@ -134,8 +141,11 @@ def _varies(mean, std):
     return std > 1e-8 * np.maximum(np.abs(mean), 1.0)
 
 
-def _weighted_median(a: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Column-wise weighted median of ``a (n, C)`` (the lower median for even total weight)."""
+def _weighted_median(a: np.ndarray, w: np.ndarray | None) -> np.ndarray:
+    """Column-wise weighted median of ``a (n, C)`` (the lower median for even total weight; unit
+    weights for None)."""
+    if w is None:  # unit weights: the cumulated weight first reaches n/2 at sorted position ⌈n/2⌉ − 1
+        return np.sort(a, axis=0)[(a.shape[0] + 1) // 2 - 1]
     order = np.argsort(a, axis=0, kind="stable")
     a_sorted = np.take_along_axis(a, order, axis=0)
     cum = np.cumsum(w[order], axis=0)
@@ -166,9 +176,9 @@ def target_scale(Y: np.ndarray, weights=None):
     ([2.0], [1.483])
     """
     Y = np.asarray(Y, dtype=np.float64)
-    w = np.ones(Y.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
-    if not w.sum() > 0:
-        w = np.ones(Y.shape[0])
+    w = None if weights is None else np.asarray(weights, dtype=np.float64)
+    if w is not None and not w.sum() > 0:
+        w = None
     centre = _weighted_median(Y, w)
     mad = MAD_TO_STD * _weighted_median(np.abs(Y - centre), w)
     _, std = _moments(Y, w)

@@ -269,3 +269,68 @@ def test_kernels_switched_off_leave_the_fast_path():
         assert est._fast_row(X[:1]) is None
         torch_engine = [est.predict(X[t:t + 1]) for t in range(5)]
     assert np.allclose(compiled, torch_engine, rtol=1e-12, atol=1e-12)
+
+
+def _loop_prequential(est, X, y, **kwargs):
+    """The prequential pass as a loop of predict and partial_fit over the prior's first rows (the
+    path of a model the compiled DEKF does not serve), for comparison with the compiled pass."""
+    n = len(y)
+    classes = np.unique(y) if hasattr(est, "predict_proba") else None
+    method = kwargs.pop("method", "predict")
+    return est._prequential_loop(X, y, kwargs.pop("return_std", False), method, kwargs.pop("sample_weight", None),
+                                 classes, n, min(est.n_prior_rows, n))
+
+
+@pytest.mark.parametrize("case", ["mf", "fm-context-weights", "fm-float32-drift", "classifier"])
+def test_compiled_prequential_is_the_loop_bit_for_bit(case):
+    """The prior's first rows predicted inside the compiled DEKF (one validation, the filter
+    restarted with each prefix's prior instead of built again) give the loop's predictions and
+    leave the estimator in the loop's state, bit for bit."""
+    X, y = _stream(n=130, context=case != "mf")
+    kwargs = {"model": "mf" if case == "mf" else "fm", "entity_columns": [0, 1], "n_factors": 3, "random_state": 4,
+              "n_prior_rows": 30}
+    weights = np.random.default_rng(1).uniform(0.2, 2.0, len(y)) if case == "fm-context-weights" else None
+    if case == "fm-float32-drift":
+        kwargs.update(dtype="float32", half_life=25.0)
+    if case == "classifier":
+        make = lambda: FactorizationClassifier(**kwargs)
+        y, method = (y > 0).astype(int), {"method": "predict_proba"}
+    else:
+        make = lambda: FactorizationRegressor(**kwargs)
+        method = {"return_std": True}
+    fast, slow = make(), make()
+    got = fast.prequential_fit_predict(X, y, sample_weight=weights, **method)
+    expected = _loop_prequential(slow, X, y, sample_weight=weights, **method)
+    for a, b in zip(got if isinstance(got, tuple) else [got], expected if isinstance(expected, tuple) else [expected]):
+        assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True)
+    _same_state(_state(fast), _state(slow))
+    assert fast.n_iter_ == 1 and fast.__dict__.get("_stream_start") is None
+    assert np.array_equal(fast.predict(X[:20]), slow.predict(X[:20]))
+
+
+def test_prequential_of_a_model_outside_the_compiled_dekf_and_of_a_short_stream():
+    X, y = _stream(n=70)
+    labels = np.asarray(y > 0.2, dtype=int) + np.asarray(y > -0.2, dtype=int)  # three classes: the torch engine
+    make = lambda: FactorizationClassifier(model="mf", entity_columns=[0, 1], n_factors=2, random_state=0,
+                                           n_prior_rows=20)
+    proba = make().prequential_fit_predict(X, labels, method="predict_proba")
+    assert np.allclose(proba, _loop_prequential(make(), X, labels, method="predict_proba"), rtol=1e-12, atol=1e-14)
+    short = FactorizationRegressor(model="mf", entity_columns=[0, 1], n_factors=2, random_state=0)
+    mean = short.prequential_fit_predict(X[:30], y[:30])  # fewer rows than the prior's: still arriving
+    assert np.isnan(mean[0]) and np.all(np.isfinite(mean[1:])) and short._stream_start is not None
+
+
+def test_filter_restart_is_a_new_filter():
+    """FactorizationFilter.restart with new priors: the filter a new one with them and the same
+    seed would be (the same draws for the same entities, the same steps)."""
+    X, y = _stream(n=80, context=True)
+    make = lambda: FactorizationRegressor(model="fm", entity_columns=[0, 1], n_factors=3, random_state=2,
+                                          half_life=30.0)
+    reused = make().fit(X[:60], y[:60])  # a filter that has learned, with its compiled plan
+    fresh = make().fit(X[60:], 3.0 * y[60:])
+    ids, context = reused._validate(X[60:], None, False)
+    reused._build(ids, context, 3.0 * y[60:, None], None, *reused._resolve(), seed=None, restart=True)
+    assert reused.filter_.time == 0 and all(t.n_entities == 0 for t in reused.filter_.tables.values())
+    reused.n_samples_seen_ = 0  # (the estimator's count: _build makes the filter only)
+    reused.partial_fit(X[60:], 3.0 * y[60:])
+    _same_state(_state(reused), _state(fresh))

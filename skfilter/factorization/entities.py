@@ -55,8 +55,12 @@ class EntityPrior:
         self.jitter = np.zeros_like(self.mean) if jitter is None else np.asarray(jitter, dtype=np.float64).reshape(-1)
         if self.covariance.shape != (K, K) or self.jitter.shape != (K,):
             raise ValueError("mean, variance and jitter of an EntityPrior must have matching sizes.")
-        if not np.allclose(self.covariance, self.covariance.T) or np.linalg.eigvalsh(self.covariance).min() < -1e-12 \
-                or np.any(self.jitter < 0):
+        if variance.ndim <= 1:  # a diagonal: symmetric, its eigenvalues the variances
+            invalid = not np.all(variance >= -1e-12)
+        else:
+            invalid = not np.allclose(self.covariance, self.covariance.T) or \
+                np.linalg.eigvalsh(self.covariance).min() < -1e-12
+        if invalid or np.any(self.jitter < 0):
             raise ValueError("An EntityPrior's covariance must be symmetric positive semi-definite and its jitter "
                              "non-negative.")
 
@@ -107,11 +111,10 @@ class EntityTable:
         self.ids: dict = {}
         self.n_entities = 0
         self._rng = np.random.default_rng(seed)
+        self._initial_draws = self._rng.bit_generator.state  # (restart)
+        self._set_prior(prior, stationary_variance)
         opts = {"dtype": dtype, "device": self.device}
         K = self.K
-        self._prior_cov = torch.as_tensor(prior.covariance, **opts)
-        self._stationary = torch.as_tensor(np.array(np.broadcast_to(np.asarray(stationary_variance, dtype=np.float64), (K,))),
-                                           **opts).clone()
         cap = 4
         self.mean = torch.zeros(cap, K, **opts)
         self.cov = torch.zeros(cap, K, K, **opts)
@@ -120,6 +123,24 @@ class EntityTable:
             self.ref_mean = torch.zeros(cap, K, **opts)
             self.cross = torch.zeros(cap, K, K, **opts)
             self.ref_cov = torch.zeros(cap, K, K, **opts)
+
+    def _set_prior(self, prior: EntityPrior, stationary_variance):
+        opts = {"dtype": self.dtype, "device": self.device}
+        self.prior = prior
+        self._prior_cov = torch.as_tensor(prior.covariance, **opts)
+        self._stationary = torch.as_tensor(np.full(self.K, stationary_variance, dtype=np.float64), **opts)
+
+    def restart(self, prior: EntityPrior, stationary_variance=0.0):
+        """Empty the table and give it ``prior`` (of the same size): afterwards it is the table a
+        new :class:`EntityTable` with this prior and the first one's settings and seed would be (the
+        same draws for the same entities), keeping its tensors' capacity."""
+        if prior.size != self.K:
+            raise ValueError(f"restart needs a prior of size {self.K}, got {prior.size}.")
+        self._set_prior(prior, stationary_variance)
+        self.__dict__.pop("_new_cache", None)
+        self.ids = {}
+        self.n_entities = 0
+        self._rng.bit_generator.state = self._initial_draws
 
     @property
     def generator_state(self):
@@ -195,40 +216,44 @@ class EntityTable:
 
     def add(self, key, time: int) -> int:
         """Create the entity ``key`` (not in the table) at ``time`` and return its row: exactly
-        ``rows([key], time)`` (the same prior draw), written through NumPy views on the CPU (a few µs)."""
-        if self.device.type != "cpu":
-            return int(self.rows([key], time)[0])
+        ``rows([key], time)`` (the same prior draw; a few µs on the CPU)."""
         n = self.n_entities
-        self._grow(n + 1)
-        draws = self.prior.mean + self.prior.jitter * self._rng.standard_normal((1, self.K))
-        cache = self.__dict__.get("_new_cache")
-        if cache is None or cache[0] is not self._prior_cov or cache[1] is not self._stationary:
-            _, cov, Pi = self.new_blocks(0)
-            cache = (self._prior_cov, self._stationary, cov.numpy(), Pi.numpy())
-            self._new_cache = cache
-        self.mean.numpy()[n] = draws[0]
-        self.cov.numpy()[n] = cache[2]
-        self.last_time.numpy()[n] = int(time)
-        if self.references:
-            self.ref_mean.numpy()[n] = draws[0]
-            self.cross.numpy()[n] = cache[3] if self.learn_reference else 0.0
-            self.ref_cov.numpy()[n] = cache[3] if self.learn_reference else 0.0
+        self._create(1, time)
         self.ids[key] = n
-        self.n_entities = n + 1
         return n
 
     def _create(self, n: int, time: int):
+        """Append ``n`` entities at ``time``, their prior means drawn in order (on the CPU written
+        through NumPy views of the tensors, the prior blocks made once per prior)."""
         start = self.n_entities
         self._grow(start + n)
-        pi, cov, Pi = self.new_blocks(n)
         rows = slice(start, start + n)
-        self.mean[rows] = pi
-        self.cov[rows] = cov
-        self.last_time[rows] = int(time)
-        if self.references:
-            self.ref_mean[rows] = pi
-            self.cross[rows] = Pi if self.learn_reference else 0.0
-            self.ref_cov[rows] = Pi if self.learn_reference else 0.0
+        if self.device.type == "cpu":
+            draws = self.prior.mean + self.prior.jitter * self._rng.standard_normal((n, self.K))
+            cache = self.__dict__.get("_new_cache")
+            if cache is None or cache[0] is not self._prior_cov or cache[1] is not self._stationary:
+                Pi = self._prior_cov.numpy()
+                cov = Pi.copy()  # Π + diag(stationary), as new_blocks adds them
+                diagonal = np.arange(self.K)
+                cov[diagonal, diagonal] += self._stationary.numpy()
+                cache = (self._prior_cov, self._stationary, cov, Pi)
+                self._new_cache = cache
+            self.mean.numpy()[rows] = draws
+            self.cov.numpy()[rows] = cache[2]
+            self.last_time.numpy()[rows] = int(time)
+            if self.references:
+                self.ref_mean.numpy()[rows] = draws
+                self.cross.numpy()[rows] = cache[3] if self.learn_reference else 0.0
+                self.ref_cov.numpy()[rows] = cache[3] if self.learn_reference else 0.0
+        else:
+            pi, cov, Pi = self.new_blocks(n)
+            self.mean[rows] = pi
+            self.cov[rows] = cov
+            self.last_time[rows] = int(time)
+            if self.references:
+                self.ref_mean[rows] = pi
+                self.cross[rows] = Pi if self.learn_reference else 0.0
+                self.ref_cov[rows] = Pi if self.learn_reference else 0.0
         self.n_entities = start + n
 
     def state(self, rows):

@@ -414,16 +414,21 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
                 slots.append(Slot("context", n_ctx, True, prior(1, 0, n_ctx, context_var)))
         return signal, slots
 
-    def _build(self, ids, context, Y, weights, device, dtype, rng=None):
+    def _build(self, ids, context, Y, weights, device, dtype, rng=None, seed=None, restart=False):
         """The filter and its prior from the stream's first rows (``ids``, ``context``, ``Y``,
-        ``weights``), drawing from ``rng`` (default: ``random_state``'s generator)."""
-        rng = check_random_state(self.random_state) if rng is None else rng
+        ``weights``), its generator seeded by ``seed`` (default: drawn from ``rng``, by default
+        ``random_state``'s generator). ``restart``: the current filter, built from other rows of
+        the same stream with the same seed, takes the new prior instead
+        (:meth:`FactorizationFilter.restart`: the same filter, not built again)."""
+        if seed is None:
+            rng = check_random_state(self.random_state) if rng is None else rng
+            seed = int(rng.randint(2**31 - 1))
         n_ctx = context.shape[1]
         self._n_context = n_ctx
         if n_ctx:
             self._context_offset, self._context_scale = input_standardization(context, weights)
         d = self._n_outputs_model()
-        centre, scale = self._target_centre_scale(Y, weights)
+        centre, scale, output_scales = self._target_statistics(Y, weights)
         a = int(self.n_factors)
         # 'auto': the prior interaction term has spread s/2 whatever the number of features an
         # event involves (m features: m(m − 1)/2 pairs of a products each in a factorization machine)
@@ -446,19 +451,22 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
                                  "has one block of linear context weights.")
             self._context_per_column = self.context_blocks == "per-column"
         signal, slots = self._signal_and_slots(len(ids), n_ctx, scale, factor_var, bias_var, jitter, context_var)
-        # d outputs: every block holds d copies of its features' parameters
-        slots = [s._replace(prior=EntityPrior(np.tile(s.prior.mean, d), np.tile(s.prior.variance, d),
-                                               np.tile(s.prior.jitter, d))) for s in slots]
+        if d > 1:  # d outputs: every block holds d copies of its features' parameters
+            slots = [s._replace(prior=EntityPrior(np.tile(s.prior.mean, d), np.tile(s.prior.variance, d),
+                                                   np.tile(s.prior.jitter, d))) for s in slots]
         global_var = scale ** 2 if self.bias_variance == "auto" else float(self.bias_variance)
         bias_prior = EntityPrior(np.broadcast_to(centre, (d,)), np.full(d, global_var))  # every model has one
         drift = self.drift_variance
         if drift == "auto":
             drift = factor_var
-        self.filter_ = FactorizationFilter(
-            signal, slots, d, self._make_likelihood(d), bias_prior=bias_prior, half_life=self.half_life,
-            drift_variance=float(drift), learn_reference=self.reference == "learned", iterations=int(self.iterations),
-            tol=float(self.tol), dtype=dtype, device=device, seed=int(rng.randint(2**31 - 1)))
-        self.filter_.noise = self._initial_noise(self.filter_.noise, Y, weights, dtype, device)
+        if restart:
+            self.filter_.restart([s.prior for s in slots], bias_prior, float(drift))
+        else:
+            self.filter_ = FactorizationFilter(
+                signal, slots, d, self._make_likelihood(d), bias_prior=bias_prior, half_life=self.half_life,
+                drift_variance=float(drift), learn_reference=self.reference == "learned",
+                iterations=int(self.iterations), tol=float(self.tol), dtype=dtype, device=device, seed=seed)
+        self.filter_.noise = self._initial_noise(self.filter_.noise, output_scales)
 
     def _slot_values(self, ids, context):
         """Per slot, the feature values ``(n, n_s)`` as tensors (ids: ones; the context standardised)."""
@@ -888,6 +896,76 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
         k = min(int(self.n_prior_rows), n)
         if self._is_classifier and classes is None and y is not None:
             classes = np.unique(np.asarray(y))
+        if n > k and _kernels_on():
+            out = self._prequential_compiled(X, y, return_std, method, sample_weight, classes, k)
+            if out is not None:
+                return out
+            self._forget()  # a model the compiled DEKF does not serve: the loop (it warned already)
+            return self._prequential_loop(X, y, return_std, method, sample_weight, classes, n, k, quiet=True)
+        return self._prequential_loop(X, y, return_std, method, sample_weight, classes, n, k)
+
+    def _prequential_compiled(self, X, y, return_std, method, sample_weight, classes, k):
+        """:meth:`_prequential_from_start` inside the compiled DEKF, from one validation of the
+        stream: row ``t < k`` is predicted by the model built from rows ``0..t−1`` and fed them
+        (:func:`~skfilter.kernels.factorization.predict_events_compiled` after
+        :func:`~skfilter.kernels.factorization.run_events_compiled`, what a ``predict`` after
+        ``partial_fit`` of those rows computes), the rest recorded in one pass over all rows by the
+        model built from the first ``k``, which the estimator keeps (a ``fit`` of the stream). None
+        if the compiled DEKF does not serve the model; on a numerical failure in rows ``0..k−1`` the
+        row-by-row loop runs again, so that it raises where, and leaves what, a loop of
+        ``predict`` and ``partial_fit`` would."""
+        device, dtype = self._resolve()
+        ids, context = self._validate(X, y, True)
+        n = len(context)
+        Y = self._encode(y, True, classes, n)
+        w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64).reshape(-1)
+        if w is not None and (w.shape[0] != n or not np.all(np.isfinite(w)) or np.any(w < 0)):
+            raise ValueError("sample_weight must be finite, non-negative and have one entry per row.")
+        if w is not None and not np.any(w[:1] > 0):
+            raise ValueError("sample_weight has only zeros: nothing to learn from.")
+        # every build draws the same seed, as the rebuilds of a stream's start do (generator_for)
+        seed = int(generator_for(self.random_state, None).randint(2**31 - 1))
+
+        def build(t):
+            self._build([i[:t] for i in ids], context[:t], Y[:t], None if w is None else w[:t], device, dtype,
+                        seed=seed, restart=t > 1)
+
+        def rows(a, b):
+            return ([None if s is None else s[a:b] for s in self._slot_ids([i[a:b] for i in ids])],
+                    self._slot_values([i[a:b] for i in ids], context[a:b]),
+                    torch.as_tensor(Y[a:b], dtype=self.filter_.dtype, device=self.filter_.device),
+                    None if w is None else w[a:b])
+
+        head = np.zeros((k - 1, 5))
+        try:
+            for t in range(1, k):  # row t from the model of rows 0..t-1
+                build(t)
+                if t == 1 and not serves(self.filter_):  # (a restart keeps the model's structure)
+                    return None
+                slot_ids, values, Yt, wt = rows(0, t + 1)
+                run_events_compiled(self.filter_, [None if s is None else s[:t] for s in slot_ids],
+                                    [v[:t] for v in values], Yt[:t], None if wt is None else wt[:t])
+                head[t - 1] = predict_events_compiled(self.filter_, [None if s is None else s[t:] for s in slot_ids],
+                                                      [v[t:] for v in values])[0]
+        except FilterStepError:
+            self._forget()
+            return self._prequential_loop(X, y, return_std, method, sample_weight, classes, n, k, quiet=True)
+        build(k)
+        self._stream_start = None
+        self.n_samples_seen_, self.n_iter_ = 0, 0
+        slot_ids, values, Yt, wt = rows(0, n)
+        rec = np.zeros((n, 5))
+        self._one_pass(n, slot_ids, values, Yt, wt, record=rec)
+        rec[1:k] = head
+        return self._format(1, (rec[1:], None), return_std, method)
+
+    def _prequential_loop(self, X, y, return_std, method, sample_weight, classes, n, k, quiet=False):
+        """:meth:`_prequential_from_start` as a loop of ``predict`` and ``partial_fit`` of one row
+        over the first ``k`` rows (``quiet``: without the entity columns' warnings, given before)."""
+        if quiet:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", EntityColumnsWarning)
+                return self._prequential_loop(X, y, return_std, method, sample_weight, classes, n, k)
         outs = [self.partial_fit_predict(_take(X, 0, 1), _take(y, 0, 1), return_std=return_std, method=method,
                                          sample_weight=_take(sample_weight, 0, 1), classes=classes)]
         for t in range(1, k):
@@ -1076,11 +1154,12 @@ class FactorizationRegressor(RegressorMixin, _FactorizationBase):
     def _n_outputs_model(self):
         return self.n_outputs_
 
-    def _target_centre_scale(self, Y, weights):
+    def _target_statistics(self, Y, weights):
+        """``(centre per output, the prior's scale, the scale per output for the first noise)``."""
         if self.likelihood == "poisson":
-            return np.log(np.average(Y, axis=0, weights=weights) + 0.5), 1.0
+            return np.log(np.average(Y, axis=0, weights=weights) + 0.5), 1.0, None
         centre, scale = target_scale(Y, weights)
-        return centre, float(np.mean(scale))
+        return centre, float(np.mean(scale)), scale
 
     def _make_likelihood(self, d):
         if self.likelihood == "poisson":
@@ -1089,10 +1168,9 @@ class FactorizationRegressor(RegressorMixin, _FactorizationBase):
             return Gaussian("adaptive", **_AUTO_NOISE)
         return Gaussian(float(self.obs_variance))
 
-    def _initial_noise(self, state, Y, weights, dtype, device):
+    def _initial_noise(self, state, scale):
         if self.likelihood == "poisson" or not isinstance(self.obs_variance, str):
             return state
-        _, scale = target_scale(Y, weights)
         r = torch.full_like(state["r"], float(np.mean(scale ** 2)))
         return {"r": r, "weight": torch.full_like(state["weight"], 10.0), "scale": r.rsqrt()[..., None]}
 
@@ -1274,13 +1352,13 @@ class FactorizationClassifier(ClassifierMixin, _FactorizationBase):
     def _n_outputs_model(self):
         return 1 if len(self.classes_) == 2 else len(self.classes_)
 
-    def _target_centre_scale(self, Y, weights):
-        return np.zeros(Y.shape[1]), 1.0
+    def _target_statistics(self, Y, weights):
+        return np.zeros(Y.shape[1]), 1.0, None
 
     def _make_likelihood(self, d):
         return Bernoulli() if d == 1 else Categorical()
 
-    def _initial_noise(self, state, Y, weights, dtype, device):
+    def _initial_noise(self, state, scale):
         return state
 
     def partial_fit(self, X, y, sample_weight=None, classes=None):

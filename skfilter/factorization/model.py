@@ -95,6 +95,28 @@ class FactorizationFilter:
         self.time = 0
         self.noise = likelihood.initial_state(self.d, self.device, dtype)
 
+    def restart(self, slot_priors, bias_prior=None, drift_variance=0.0):
+        """Forget everything learned and take new priors (``slot_priors`` in slot order, each the
+        size of its slot's, and the bias prior if the model has a bias) and drift variance: the
+        filter a new one with these and the first one's other arguments and seed would be (the same
+        draws for the same entities), without building its tables and compiled plan again."""
+        if len(slot_priors) != len(self.slots) or (bias_prior is None) == self.has_bias:
+            raise ValueError("restart needs one prior per slot, and a bias prior exactly when the model has a bias.")
+        self.drift_variance = float(drift_variance)
+        dynamic = self.alpha is not None
+        stationary = self.drift_variance if dynamic else 0.0
+        self.slots = [slot._replace(prior=prior) for slot, prior in zip(self.slots, slot_priors)]
+        for slot in self.slots + ([Slot("bias", 1, False, bias_prior)] if self.has_bias else []):
+            self.tables[slot.name].restart(slot.prior, stationary)
+            if dynamic:
+                omega = (1.0 - self.alpha ** 2) * self.drift_variance
+                self.omega[slot.name] = torch.full((slot.prior.size,), omega, dtype=self.dtype, device=self.device)
+        self.time = 0
+        self.noise = self.likelihood.initial_state(self.d, self.device, self.dtype)
+        plan = self.__dict__.get("_kernel_plan")
+        if plan is not None:
+            plan.set_priors()
+
     def kernel_codes(self):
         """The model as the compiled DEKF (:mod:`skfilter.kernels.factorization`) takes it:
         ``(signal code, FM linear term, CP bias offset, CP order, CP context, likelihood code)``, or

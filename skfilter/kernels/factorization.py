@@ -605,7 +605,7 @@ def _table_rows(table, keys, n, t0):
                 first.append(j)
         table.rows(new, t0 + 1 + first[0])
         created = np.fromiter((table.ids[k] for k in new), dtype=np.int64, count=len(new))
-        table.last_time[torch.as_tensor(created)] = torch.as_tensor(t0 + 1 + np.asarray(first, dtype=np.int64))
+        table.last_time.numpy()[created] = t0 + 1 + np.asarray(first, dtype=np.int64)  # (the kernel's tables: CPU)
         rows[miss] = np.fromiter((table.ids[keys[j]] for j in miss.tolist()), dtype=np.int64, count=miss.size)
     return rows, new, np.asarray(first, dtype=np.int64)
 
@@ -645,35 +645,27 @@ class KernelPlan:
         pfeat = np.array([filt.signal.params_per_feature(s) for s in range(self.nslot)], dtype=np.int64)
         voff = np.concatenate([[0], np.cumsum(nfeat)]).astype(np.int64)
         self.n_values = nv = int(voff[-1])
-        # a table whose prior covariance is exactly symmetric holds only exactly symmetric covariances
-        sym = np.array([int(torch.equal(t._prior_cov, t._prior_cov.T)) for t in self.tables], dtype=np.int64)
         head = [nblk, self.nslot, sig, fm_lin, cp_off, cp_order, cp_ctx, int(filt.has_bias), lik, int(dynamic), 0, 1,
                 1, 0, 0]
         assert len(head) == _HEAD
-        self.icfg = np.concatenate([head, Ks, nfeat, pfeat, voff, sym, np.zeros(7 * nblk)]).astype(np.int64)
+        self._sym_at = len(head) + len(Ks) + len(nfeat) + len(pfeat) + len(voff)
+        self.icfg = np.concatenate([head, Ks, nfeat, pfeat, voff, np.zeros(nblk), np.zeros(7 * nblk)]).astype(np.int64)
         self._ptrs_at = len(self.icfg) - 7 * nblk
         self.icfg_predict = self.icfg.copy()
         self.icfg_predict[10:13] = (1, 0, 0)  # record, do not learn, every event at the next step
-        omegas = [float(filt.omega[k][0]) if dynamic else 0.0 for k in self.names]
         Kmax = int(Ks.max())
         size_dt, size_64 = scratch_sizes(nblk, Kmax)
         fcfg = [float(getattr(lk, "eps_min", 0.0)), float(getattr(lk, "min_variance", 0.0)),
                 -1.0 if bound is None else float(bound), float(getattr(lk, "max_log_rate", 30.0)),
                 float(torch.finfo(filt.dtype).eps) ** 2, log_alpha, math.expm1(2.0 * log_alpha) if dynamic else 1.0]
-        self.f64s = np.concatenate([fcfg, omegas, np.zeros(size_64)]).astype(np.float64)
+        self._omegas_at = len(fcfg)
+        self.f64s = np.concatenate([fcfg, np.zeros(nblk), np.zeros(size_64)]).astype(np.float64)
         kk = nblk * Kmax
         self.dts = np.zeros(3 + kk + kk * Kmax + size_dt, dtype=self.np_dtype)
         self.noise = self.dts[0:3]
-        pcen = self.dts[3:3 + kk].reshape(nblk, Kmax)
-        pcov = self.dts[3 + kk:3 + kk + kk * Kmax].reshape(nblk, Kmax, Kmax)
-        for b, name in enumerate(self.names):  # an unseen id: FactorizationFilter._prior_blocks
-            K = int(Ks[b])
-            table = filt.tables[name]
-            _, cov, _ = table.new_blocks(0)
-            cov = cov + torch.diag(torch.as_tensor(table.prior.jitter ** 2, dtype=filt.dtype, device=filt.device))
-            pcen[b, :K] = table.prior.mean
-            pcov[b, :K, :K] = cov.cpu().numpy()
-        self._noise_dict = None
+        self._prior_mean = self.dts[3:3 + kk].reshape(nblk, Kmax)
+        self._prior_cov = self.dts[3 + kk:3 + kk + kk * Kmax].reshape(nblk, Kmax, Kmax)
+        self.set_priors()
         self._tensors = ()
         #: serialises the calls: the scratch and the one-event buffers are shared (callers of the
         #: one-event methods hold it while they fill and read the buffers)
@@ -687,6 +679,27 @@ class KernelPlan:
         self.values1 = self.data1[:, :nv]  # written by the caller of the one-event methods
         self.rec1 = self.data1[0, nv + 2:]
         self.refresh()
+
+    def set_priors(self):
+        """Write what the kernel reads of the tables' priors: the prior mean and covariance of an
+        unseen id per block (:meth:`FactorizationFilter._prior_blocks`), whether each prior
+        covariance is exactly symmetric, the drift variances Ω (after
+        :meth:`FactorizationFilter.restart`); the noise state is read at the next call."""
+        filt = self.filt
+        for b, table in enumerate(self.tables):
+            K = table.K
+            # a table whose prior covariance is exactly symmetric holds only exactly symmetric covariances
+            sym = int(torch.equal(table._prior_cov, table._prior_cov.T))
+            self.icfg[self._sym_at + b] = self.icfg_predict[self._sym_at + b] = sym
+            self.f64s[self._omegas_at + b] = float(filt.omega[self.names[b]][0]) if self.dynamic else 0.0
+            # Π + diag(stationary) + diag(jitter²), in the tables' precision, as the torch engine adds them
+            cov = table._prior_cov.cpu().numpy().copy()
+            diagonal = np.arange(K)
+            cov[diagonal, diagonal] += table._stationary.cpu().numpy()
+            cov[diagonal, diagonal] += (table.prior.jitter ** 2).astype(self.np_dtype)
+            self._prior_mean[b, :K] = table.prior.mean
+            self._prior_cov[b, :K, :K] = cov
+        self._noise_dict = None
 
     def current(self) -> bool:
         """Whether the addresses are those of the tables' tensors."""
