@@ -214,6 +214,18 @@ class EntityTable:
             self._create(len(fresh), time)
         return out
 
+    def extend(self, keys, times):
+        """Create the entities ``keys`` (none in the table, no repeats) in order, entity ``keys[i]``
+        at time ``times[i]``: their rows and prior draws as :meth:`rows` would give them."""
+        start = self.n_entities
+        self.ids.update(zip(keys, range(start, start + len(keys))))
+        self._create(len(keys), 0)
+        times = np.asarray(times, dtype=np.int64)
+        if self.device.type == "cpu":
+            self.last_time.numpy()[start:start + len(keys)] = times
+        else:
+            self.last_time[start:start + len(keys)] = torch.as_tensor(times, device=self.device)
+
     def add(self, key, time: int) -> int:
         """Create the entity ``key`` (not in the table) at ``time`` and return its row: exactly
         ``rows([key], time)`` (the same prior draw; a few µs on the CPU)."""
@@ -234,8 +246,7 @@ class EntityTable:
             if cache is None or cache[0] is not self._prior_cov or cache[1] is not self._stationary:
                 Pi = self._prior_cov.numpy()
                 cov = Pi.copy()  # Π + diag(stationary), as new_blocks adds them
-                diagonal = np.arange(self.K)
-                cov[diagonal, diagonal] += self._stationary.numpy()
+                cov.reshape(-1)[::self.K + 1] += self._stationary.numpy()  # (the diagonal, a view)
                 cache = (self._prior_cov, self._stationary, cov, Pi)
                 self._new_cache = cache
             self.mean.numpy()[rows] = draws

@@ -375,23 +375,26 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
     def _signal_and_slots(self, n_ids, n_ctx, scale, factor_var, bias_var, jitter, context_var=None):
         """The signal and its slots (module docstring), with each slot's entity prior."""
         model, a = self.model, int(self.n_factors)
-        found = f"found {n_ids}: columns {list(self.entity_columns_)}"
-        if isinstance(self.entity_columns, str):
-            found += (" (entity_columns='auto' reads integer, string and categorical columns as ids, float and "
-                      "boolean ones as numeric context)")
-        if model in ("mf", "cp") and n_ids < 2:
-            raise ValueError(f"model={model!r} needs at least two entity columns (mf exactly two); {found}. Set "
-                             "entity_columns, or use model='fm' or 'glm'.")
-        if model == "mf" and n_ids != 2:
+        if (model in ("mf", "cp") and n_ids < 2) or (model == "mf" and n_ids != 2):
+            found = f"found {n_ids}: columns {list(self.entity_columns_)}"
+            if isinstance(self.entity_columns, str):
+                found += (" (entity_columns='auto' reads integer, string and categorical columns as ids, float and "
+                          "boolean ones as numeric context)")
+            if n_ids < 2:
+                raise ValueError(f"model={model!r} needs at least two entity columns (mf exactly two); {found}. Set "
+                                 "entity_columns, or use model='fm' or 'glm'.")
             raise ValueError(f"model='mf' needs exactly two entity columns (user, item); {found}. Name them with "
                              "entity_columns (the others are then numeric context), or use model='cp' for more.")
         context = n_ctx > 0
 
         def prior(n_linear, n_factor, n_features=1, linear_var=bias_var):
-            mean = np.zeros(n_linear + n_factor)
-            var = np.concatenate([np.full(n_linear, linear_var), np.full(n_factor, factor_var)])
-            jit = np.concatenate([np.zeros(n_linear), np.full(n_factor, jitter)])
-            return EntityPrior(np.tile(mean, n_features), np.tile(var, n_features), np.tile(jit, n_features))
+            var = np.full(n_linear + n_factor, factor_var)
+            var[:n_linear] = linear_var
+            jit = np.full(n_linear + n_factor, jitter)
+            jit[:n_linear] = 0.0
+            if n_features > 1:
+                var, jit = np.tile(var, n_features), np.tile(jit, n_features)
+            return EntityPrior(np.zeros(var.shape[0]), var, jit)
 
         slots = []
         if model in ("glm", "fm"):
@@ -936,17 +939,19 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
                     torch.as_tensor(Y[a:b], dtype=self.filter_.dtype, device=self.filter_.device),
                     None if w is None else w[a:b])
 
-        head = np.zeros((k - 1, 5))
+        head, scratch = np.zeros((k, 5)), np.zeros((k, 5))
+        # rows 0..t learned with row t's weight 0: its prediction recorded, nothing learned from it
+        weights = np.ones(k) if w is None else w[:k].copy()
         try:
             for t in range(1, k):  # row t from the model of rows 0..t-1
                 build(t)
                 if t == 1 and not serves(self.filter_):  # (a restart keeps the model's structure)
                     return None
-                slot_ids, values, Yt, wt = rows(0, t + 1)
-                run_events_compiled(self.filter_, [None if s is None else s[:t] for s in slot_ids],
-                                    [v[:t] for v in values], Yt[:t], None if wt is None else wt[:t])
-                head[t - 1] = predict_events_compiled(self.filter_, [None if s is None else s[t:] for s in slot_ids],
-                                                      [v[t:] for v in values])[0]
+                slot_ids, values, Yt, _ = rows(0, t + 1)
+                last, weights[t] = weights[t], 0.0
+                run_events_compiled(self.filter_, slot_ids, values, Yt, weights[:t + 1], record=scratch[:t + 1])
+                weights[t] = last
+                head[t] = scratch[t]
         except FilterStepError:
             self._forget()
             return self._prequential_loop(X, y, return_std, method, sample_weight, classes, n, k, quiet=True)
@@ -956,7 +961,7 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
         slot_ids, values, Yt, wt = rows(0, n)
         rec = np.zeros((n, 5))
         self._one_pass(n, slot_ids, values, Yt, wt, record=rec)
-        rec[1:k] = head
+        rec[1:k] = head[1:]
         return self._format(1, (rec[1:], None), return_std, method)
 
     def _prequential_loop(self, X, y, return_std, method, sample_weight, classes, n, k, quiet=False):

@@ -586,28 +586,38 @@ def serves(filt) -> bool:
 
 
 def _table_rows(table, keys, n, t0):
-    """Rows of ``keys`` (length ``n``) in ``table``, creating the new ones in order of first
-    appearance with ``last_time`` their first event's time; returns ``(rows, new keys, their first
-    event indices)``."""
+    """Rows of ``keys`` (length ``n``; None: the one entity, key 0, of a context or bias table) in
+    ``table``, creating the new ones in order of first appearance with ``last_time`` their first
+    event's time; returns ``(rows, new keys, their first event indices)``."""
+    ids = table.ids
     if keys is None:
-        keys = [0] * n
-    get = table.ids.get
+        row = ids.get(0)
+        if row is None:
+            table.extend([0], np.array([t0 + 1]))
+            return np.full(n, ids[0], dtype=np.int64), [0], np.zeros(1, dtype=np.int64)
+        return np.full(n, row, dtype=np.int64), [], _NO_EVENTS
+    get = ids.get
     rows = np.fromiter((get(k, -1) for k in keys), dtype=np.int64, count=n)
     miss = np.flatnonzero(rows < 0)
-    new, first = [], []
-    if miss.size:
-        seen = {}
-        for j in miss.tolist():
-            k = keys[j]
-            if k not in seen:
-                seen[k] = len(new)
-                new.append(k)
-                first.append(j)
-        table.rows(new, t0 + 1 + first[0])
-        created = np.fromiter((table.ids[k] for k in new), dtype=np.int64, count=len(new))
-        table.last_time.numpy()[created] = t0 + 1 + np.asarray(first, dtype=np.int64)  # (the kernel's tables: CPU)
-        rows[miss] = np.fromiter((table.ids[keys[j]] for j in miss.tolist()), dtype=np.int64, count=miss.size)
-    return rows, new, np.asarray(first, dtype=np.int64)
+    if not miss.size:
+        return rows, [], _NO_EVENTS
+    start = table.n_entities
+    seen, new, first, found = {}, [], [], []
+    for j in miss.tolist():  # one pass: each missing key's new row, the new keys in order
+        k = keys[j]
+        r = seen.get(k)
+        if r is None:
+            r = seen[k] = start + len(new)
+            new.append(k)
+            first.append(j)
+        found.append(r)
+    first = np.asarray(first, dtype=np.int64)
+    table.extend(new, t0 + 1 + first)
+    rows[miss] = found
+    return rows, new, first
+
+
+_NO_EVENTS = np.zeros(0, dtype=np.int64)
 
 
 def _contiguous(table):
@@ -689,14 +699,14 @@ class KernelPlan:
         for b, table in enumerate(self.tables):
             K = table.K
             # a table whose prior covariance is exactly symmetric holds only exactly symmetric covariances
-            sym = int(torch.equal(table._prior_cov, table._prior_cov.T))
+            cov = table._prior_cov.cpu().numpy().copy()
+            sym = int(np.array_equal(cov, cov.T))
             self.icfg[self._sym_at + b] = self.icfg_predict[self._sym_at + b] = sym
             self.f64s[self._omegas_at + b] = float(filt.omega[self.names[b]][0]) if self.dynamic else 0.0
             # Π + diag(stationary) + diag(jitter²), in the tables' precision, as the torch engine adds them
-            cov = table._prior_cov.cpu().numpy().copy()
-            diagonal = np.arange(K)
-            cov[diagonal, diagonal] += table._stationary.cpu().numpy()
-            cov[diagonal, diagonal] += (table.prior.jitter ** 2).astype(self.np_dtype)
+            diagonal = cov.reshape(-1)[::K + 1]  # (a view)
+            diagonal += table._stationary.cpu().numpy()
+            diagonal += (table.prior.jitter ** 2).astype(self.np_dtype)
             self._prior_mean[b, :K] = table.prior.mean
             self._prior_cov[b, :K, :K] = cov
         self._noise_dict = None
