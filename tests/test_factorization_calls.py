@@ -13,6 +13,7 @@ import copy
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from skfilter import FactorizationClassifier, FactorizationRegressor
 from skfilter.exceptions import FilterStepError
@@ -334,3 +335,28 @@ def test_filter_restart_is_a_new_filter():
     reused.n_samples_seen_ = 0  # (the estimator's count: _build makes the filter only)
     reused.partial_fit(X[60:], 3.0 * y[60:])
     _same_state(_state(reused), _state(fresh))
+
+
+def test_first_appearances_are_the_rows_the_tables_create():
+    from skfilter.kernels.factorization import FirstAppearances, run_events_compiled
+
+    X, y = _stream(n=40, context=True)
+    make = lambda: FactorizationRegressor(model="fm", entity_columns=[0, 1], n_factors=3, random_state=1,
+                                          half_life=20.0, n_prior_rows=1).fit(X[:1], y[:1])
+    looked_up, given = make(), make()
+    for est in (looked_up, given):
+        est._build(*est._validate(X[:1], None, False), y[:1, None], None, *est._resolve(), restart=True)
+    ids, context = given._validate(X, None, False)
+    slot_ids, values = given._slot_ids(ids), given._slot_values(ids, context)
+    appearances = FirstAppearances(given.filter_, slot_ids, 40)
+    Y = torch.as_tensor(y[:30, None])
+    run_events_compiled(looked_up.filter_, [None if s is None else s[:30] for s in slot_ids],
+                        [v[:30] for v in values], Y, None)
+    run_events_compiled(given.filter_, [None if s is None else s[:30] for s in slot_ids], [v[:30] for v in values],
+                        Y, None, first_appearances=appearances)
+    for est in (looked_up, given):
+        est.n_samples_seen_ = 30
+    _same_state(_state(given), _state(looked_up))
+    with pytest.raises(ValueError, match="empty tables"):  # the tables are not empty any more
+        run_events_compiled(given.filter_, [None if s is None else s[:5] for s in slot_ids], [v[:5] for v in values],
+                            Y[:5], None, first_appearances=appearances)

@@ -59,7 +59,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._utils import memo_for, pass_progress, progress_bar, resolve_device, resolve_dtype
 from ..exceptions import EntityColumnsWarning, FilterStepError
 from .. import kernels as _kernels
-from ..kernels.factorization import kernel_plan, predict_events_compiled, run_events_compiled, serves
+from ..kernels.factorization import (FirstAppearances, kernel_plan, predict_events_compiled, run_events_compiled,
+                                     serves)
 from .._validation import PrefixedParamsMixin, ValidatedParamsMixin, check_parameter_constraints
 from .._validation import params_version, restore_attributes
 from ..likelihoods import Bernoulli, Categorical, Gaussian, Poisson, probit_probabilities, shift_free_logit_variance
@@ -945,11 +946,15 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
         try:
             for t in range(1, k):  # row t from the model of rows 0..t-1
                 build(t)
-                if t == 1 and not serves(self.filter_):  # (a restart keeps the model's structure)
-                    return None
+                if t == 1:
+                    if not serves(self.filter_):  # (a restart keeps the model's structure)
+                        return None
+                    # the rows of the first k events in the tables each restart empties
+                    appearances = FirstAppearances(self.filter_, rows(0, k)[0], k)
                 slot_ids, values, Yt, _ = rows(0, t + 1)
                 last, weights[t] = weights[t], 0.0
-                run_events_compiled(self.filter_, slot_ids, values, Yt, weights[:t + 1], record=scratch[:t + 1])
+                run_events_compiled(self.filter_, slot_ids, values, Yt, weights[:t + 1], record=scratch[:t + 1],
+                                    first_appearances=appearances)
                 weights[t] = last
                 head[t] = scratch[t]
         except FilterStepError:

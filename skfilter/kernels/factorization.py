@@ -873,7 +873,46 @@ def predict_events_compiled(filt, slot_ids, values) -> np.ndarray:
     return rec
 
 
-def run_events_compiled(filt, slot_ids, values, Y, weights, record=None) -> int:
+class FirstAppearances:
+    """The rows that a stream's first ``n`` events take in entity tables that start empty (a new
+    filter, or one that :meth:`~skfilter.factorization.model.FactorizationFilter.restart` emptied):
+    per block, each event's rank of first appearance (its row), the new ids in that order and the
+    event at which each first appears. Ids are created in order of first appearance, so for every
+    prefix of the events these are the rows :func:`run_events_compiled` creates; a caller that
+    learns each prefix again on a restarted filter (the prequential pass over the events that set
+    an ``'auto'`` prior) finds them once, then passes them as ``first_appearances``.
+
+    Parameters
+    ----------
+    filt : FactorizationFilter
+        One that :func:`serves` accepts (its blocks: the slots, then the bias).
+    slot_ids : list over ``filt.slots`` of sequences of at least ``n`` ids (``None`` for the context slot)
+    n : int
+    """
+
+    def __init__(self, filt, slot_ids, n):
+        plan = kernel_plan(filt)
+        self.n = int(n)
+        self.blocks = []
+        for b, slot in enumerate(filt.slots + [None] * (plan.nblk - plan.nslot)):
+            if slot is None or slot.context:  # one entity, key 0, at the first event
+                self.blocks.append((np.zeros(self.n, dtype=np.int64), [0], np.zeros(1, dtype=np.int64)))
+                continue
+            keys = slot_ids[b]
+            rank: dict = {}
+            rows = np.fromiter((rank.setdefault(keys[j], len(rank)) for j in range(self.n)), dtype=np.int64,
+                               count=self.n)
+            first = np.unique(rows, return_index=True)[1].astype(np.int64)  # by rank: its first event
+            self.blocks.append((rows, list(rank), first))
+
+    def rows(self, b, n):
+        """``(rows (n,), new ids, their first events)`` of block ``b`` for the first ``n`` events."""
+        rows, new, first = self.blocks[b]
+        m = int(np.searchsorted(first, n))
+        return rows[:n], new[:m], first[:m]
+
+
+def run_events_compiled(filt, slot_ids, values, Y, weights, record=None, first_appearances=None) -> int:
     """Learn ``n`` events in order into ``filt``'s tables, exactly as ``n`` calls of
     ``filt.step(ids, values, y, weight)`` would (same rows and entity creation order, time stamps
     and noise state).
@@ -890,6 +929,9 @@ def run_events_compiled(filt, slot_ids, values, Y, weights, record=None) -> int:
     record : ndarray ``(n, 5)`` float64, optional
         Filled with each event's one-step-ahead prediction, made before it is learned (as
         :func:`predict_events_compiled` would give it then): ``[λ, Var λ, r, a, b]``.
+    first_appearances : FirstAppearances, optional
+        The rows of these events (found for ``slot_ids`` beforehand, for at least ``n`` events),
+        when every table is empty: the ids are not looked up.
 
     Returns
     -------
@@ -920,11 +962,17 @@ def run_events_compiled(filt, slot_ids, values, Y, weights, record=None) -> int:
     rows = np.empty((nblk, n), dtype=np.int64)
     newat = np.zeros((nblk, n), dtype=np.int64) if record is not None else None
     created = []
+    if first_appearances is not None and (first_appearances.n < n or any(t.n_entities for t in tables)):
+        raise ValueError("first_appearances needs empty tables and rows for every event.")
     for b, (slot, table) in enumerate(zip(filt.slots + [None] * (nblk - nslot), tables)):
         keys = None if slot is None or slot.context else slot_ids[b]
         if keys is not None and len(keys) != n:
             raise ValueError(f"slot {slot.name!r} has {len(keys)} ids for {n} events.")
-        rows[b], new, first = _table_rows(table, keys, n, t0)
+        if first_appearances is None:
+            rows[b], new, first = _table_rows(table, keys, n, t0)
+        else:
+            rows[b], new, first = first_appearances.rows(b, n)
+            table.extend(new, t0 + 1 + first)
         created.append((new, first))
         if record is not None:
             newat[b, first] = 1
