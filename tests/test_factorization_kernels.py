@@ -42,7 +42,7 @@ SIGNALS = {
     "fm-ctx": ("fm", 2, 3, {}),
     "fm-1id-ctx": ("fm", 1, 2, {}),
 }
-LIKELIHOODS = ("adaptive", "fixed", "bernoulli", "poisson")
+LIKELIHOODS = ("adaptive", "fixed", "bernoulli", "bernoulli-adf", "poisson")
 DYNAMICS = (None, "learned", "fixed")
 
 
@@ -53,7 +53,7 @@ def _data(n, n_ids, n_ctx, likelihood, seed=0, n_entities=9):
         X[:, j] = rng.integers(0, n_entities, n).tolist()
     for j in range(n_ctx):
         X[:, n_ids + j] = rng.normal(size=n).tolist()
-    if likelihood == "bernoulli":
+    if likelihood.startswith("bernoulli"):
         y = (rng.random(n) < 0.4).astype(int)
         y[:2] = [0, 1]
     elif likelihood == "poisson":
@@ -67,7 +67,9 @@ def _estimator(signal, likelihood, dynamic, dtype, n_factors=2, obs_variance=0.5
     model, n_ids, n_ctx, kw = SIGNALS[signal]
     kw = dict(kw, model=model, n_factors=n_factors, entity_columns=list(range(n_ids)), random_state=0, dtype=dtype,
               half_life=None if dynamic is None else 4.0, reference=dynamic or "learned")
-    if likelihood == "bernoulli":
+    if likelihood == "bernoulli":  # the EKF update
+        return FactorizationClassifier(likelihood="categorical", **kw)
+    if likelihood == "bernoulli-adf":  # the assumed-density update (the default)
         return FactorizationClassifier(**kw)
     if likelihood == "poisson":
         return FactorizationRegressor(likelihood="poisson", **kw)

@@ -24,9 +24,9 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from ..kernels.factorization import (LIK_ADAPTIVE, LIK_BERNOULLI, LIK_GAUSSIAN, LIK_POISSON, SIG_CP, SIG_FM2,
-                                      SIG_LINEAR)
-from ..likelihoods import Bernoulli, Gaussian, Poisson
+from ..kernels.factorization import (LIK_ADAPTIVE, LIK_BERNOULLI, LIK_BERNOULLI_ADF, LIK_GAUSSIAN, LIK_POISSON, SIG_CP,
+                                      SIG_FM2, SIG_LINEAR)
+from ..likelihoods import AssumedDensityCategorical, Bernoulli, Gaussian, Poisson
 from .dekf import dekf_update, event_log_likelihood, finite_or_raise, lazy_predict
 from .entities import EntityPrior, EntityTable
 from .signals import CPFactorization, FactorizationMachine, LinearSignal, MatrixFactorization
@@ -147,6 +147,8 @@ class FactorizationFilter:
                 return None
         elif type(lik) is Bernoulli:
             code = LIK_BERNOULLI
+        elif type(lik) is AssumedDensityCategorical and self.d == 1:
+            code = LIK_BERNOULLI_ADF
         elif type(lik) is Poisson:
             code = LIK_POISSON
         else:
@@ -262,10 +264,14 @@ class FactorizationFilter:
         f, J = self._signal(means, vals, bias)
         return f, [j[0] for j in J]
 
-    def _whiten(self, f, J, Y, noise, weight):
+    def _whiten(self, f, J, Y, noise, weight, blocks):
         sizes = [j.shape[-1] for j in J]
         Jcat = torch.cat(J, dim=-1).unsqueeze(0)  # (1, d, K)
-        Hw, ew = self.likelihood.whiten(f, Jcat, Y, noise)
+        if getattr(self.likelihood, "needs_predictive", False):  # assumed density: the logits' J Σ⁻ Jᵀ
+            quad = sum(j @ b["cov"] @ j.mT for j, b in zip(J, blocks))
+            Hw, ew = self.likelihood.whiten(f, Jcat, Y, noise, quad=quad.unsqueeze(0))
+        else:
+            Hw, ew = self.likelihood.whiten(f, Jcat, Y, noise)
         Hw, ew = Hw[0], ew[0]
         if weight != 1.0:
             Hw, ew = Hw * math.sqrt(weight), ew * math.sqrt(weight)
@@ -277,7 +283,7 @@ class FactorizationFilter:
         finite_or_raise(f)
         noise = self.likelihood.next_state(self.noise, f, Y, torch.tensor([weight], dtype=f.dtype,
                                                                          device=f.device))
-        H, e = self._whiten(f, J, Y, noise, weight)
+        H, e = self._whiten(f, J, Y, noise, weight, blocks)
         if self.iterations == 1:
             return dekf_update(blocks, H, e), noise
         return self._iterated_update(blocks, vals, Y, weight, noise, H, e), noise
@@ -312,7 +318,7 @@ class FactorizationFilter:
                 break
             theta, current = trial, value
             f, J = self._linearise([dict(b, mean=t) for b, t in zip(blocks, theta)], vals)
-            H, e = self._whiten(f, J, Y, noise, weight)
+            H, e = self._whiten(f, J, Y, noise, weight, blocks)
             if max(float((size * s).abs().max()) for s in step) <= self.tol:
                 break
         offset = sum(h @ (t - b["mean"]) for h, t, b in zip(H, theta, blocks))

@@ -60,7 +60,9 @@ from . import enabled
 __all__ = ["serves", "run_events_compiled", "predict_events_compiled", "kernel_plan", "KernelPlan"]
 
 SIG_LINEAR, SIG_FM2, SIG_CP = 0, 1, 2
-LIK_GAUSSIAN, LIK_ADAPTIVE, LIK_BERNOULLI, LIK_POISSON = 0, 1, 2, 3
+#: the likelihoods: Gaussian (fixed or online noise), Bernoulli (the EKF update), Poisson, and Bernoulli
+#: with the assumed-density update (:class:`~skfilter.likelihoods.AssumedDensityCategorical`, one logit)
+LIK_GAUSSIAN, LIK_ADAPTIVE, LIK_BERNOULLI, LIK_POISSON, LIK_BERNOULLI_ADF = 0, 1, 2, 3, 4
 OK, FAILED = 0, 1
 
 
@@ -370,7 +372,7 @@ def factorization_events(rows2, data, icfg, f64s, dts):
                 m = math.exp(min(lamp + 0.5 * vq, max_log_rate))
                 rec[j, 3] = m
                 rec[j, 4] = math.sqrt(math.expm1(vq) * m * m + m)
-            elif lik == LIK_BERNOULLI:
+            elif lik == LIK_BERNOULLI or lik == LIK_BERNOULLI_ADF:
                 z = lamp / math.sqrt(1.0 + (math.pi / 8.0) * quad)
                 p1 = 1.0 / (1.0 + math.exp(-z))
                 rec[j, 3] = 1.0 - p1
@@ -432,6 +434,22 @@ def factorization_events(rows2, data, icfg, f64s, dts):
             v = max(pr * (1.0 - pr), tiny)
             c = math.sqrt(v)
             e = (y - pr) / c
+        elif lik == LIK_BERNOULLI_ADF:  # AssumedDensityCategorical.whiten, one logit
+            sq = 0.0  # the logit's prior predictive variance J Σ⁻ Jᵀ
+            for b in range(nblk):
+                K = Ks[b]
+                src = PC[b] if PRED[b] != 0.0 else _cube(ptrs, b, _COV, K, pcen)[rows[b, j]]
+                for i in range(K):
+                    v = 0.0
+                    for k in range(K):
+                        v += src[i, k] * J[b, k]
+                    sq += J[b, i] * v
+            kap = 1.0 / math.sqrt(1.0 + (math.pi / 8.0) * sq)
+            pr = 1.0 / (1.0 + math.exp(-(kap * lam)))
+            v = max(pr * (1.0 - pr), tiny)
+            keep = max(1.0 - sq * kap * kap * v, tiny)
+            c = kap * math.sqrt(v / keep)
+            e = (y - pr) / math.sqrt(v * keep)
         else:
             rate = max(math.exp(min(lam, max_log_rate)), tiny)
             c = math.sqrt(rate)
