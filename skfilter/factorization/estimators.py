@@ -911,14 +911,17 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
 
     def _prequential_compiled(self, X, y, return_std, method, sample_weight, classes, k):
         """:meth:`_prequential_from_start` inside the compiled DEKF, from one validation of the
-        stream: row ``t < k`` is predicted by the model built from rows ``0..t−1`` and fed them
-        (:func:`~skfilter.kernels.factorization.predict_events_compiled` after
-        :func:`~skfilter.kernels.factorization.run_events_compiled`, what a ``predict`` after
-        ``partial_fit`` of those rows computes), the rest recorded in one pass over all rows by the
-        model built from the first ``k``, which the estimator keeps (a ``fit`` of the stream). None
-        if the compiled DEKF does not serve the model; on a numerical failure in rows ``0..k−1`` the
-        row-by-row loop runs again, so that it raises where, and leaves what, a loop of
-        ``predict`` and ``partial_fit`` would."""
+        stream: row ``t < k`` is predicted by the model of rows ``0..t−1`` — the filter restarted
+        with their prior (:meth:`FactorizationFilter.restart`: the filter a new build would give),
+        then one :func:`~skfilter.kernels.factorization.run_events_compiled` call over rows ``0..t``
+        with row ``t``'s weight 0, whose record of row ``t`` is what ``predict`` after
+        ``partial_fit`` of rows ``0..t−1`` computes (the rows of these events in the emptied
+        tables found once, :class:`~skfilter.kernels.factorization.FirstAppearances`); the rest
+        recorded in one pass over all rows by the model built from the first ``k``, which the
+        estimator keeps (a ``fit`` of the stream). Bit for bit the loop of
+        :meth:`_prequential_loop`. None if the compiled DEKF does not serve the model; on a
+        numerical failure in rows ``0..k−1`` the loop runs instead, so that it raises where, and
+        leaves what, a loop of ``predict`` and ``partial_fit`` would."""
         device, dtype = self._resolve()
         ids, context = self._validate(X, y, True)
         n = len(context)
@@ -1296,9 +1299,9 @@ class FactorizationClassifier(ClassifierMixin, _FactorizationBase):
         (:class:`~skfilter.likelihoods.AssumedDensityCategorical`, the network classifiers'
         default; the compiled DEKF runs it for two classes); ``'categorical'``, the paper's EKF
         update (Bernoulli for two classes), which linearises the likelihood at the predicted logits
-        as if they were known and leaves one-pass probabilities under-confident
-        (``doc/calibration.md``: held-out log-loss 0.322 / 0.173 / 0.138 with ``'categorical'``,
-        0.281 / 0.122 / 0.122 with ``'adf'`` on iris / wine / breast cancer, accuracy unchanged).
+        as if they were known and leaves one-pass probabilities under-confident (``doc/calibration.md``:
+        on iris / wine / breast cancer, held-out log-loss 0.322 / 0.173 / 0.138 with the EKF update
+        and the earlier context prior, 0.221 / 0.077 / 0.103 with ``'adf'`` and the present one).
 {_REST_DOC}
 
     Attributes
