@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sklearn.datasets import load_diabetes, load_digits, load_iris, load_wine
 from sklearn.model_selection import GridSearchCV, train_test_split
 from sklearn.pipeline import make_pipeline
@@ -248,3 +250,24 @@ def test_a_feature_constant_in_the_first_rows_gets_a_finite_prior():
     var, var_ref = 1.0 / reg.posterior_.belief.diagonal, 1.0 / ref.posterior_.belief.diagonal
     assert float(var.max()) < 10.0
     np.testing.assert_allclose(var[:12].numpy(), var_ref[:12].numpy(), rtol=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 3), st.integers(0, 10_000), st.booleans())
+def test_the_prior_statistics_fast_paths_are_the_general_ones_bit_for_bit(n, width, seed, ties):
+    """``target_scale`` without weights (the median by one sort) and with unit weights (the weighted
+    median), and the moments (``numpy.average``'s steps) against ``numpy.average`` itself: the same
+    numbers, bit for bit (the 'auto' priors of every estimator are built from them)."""
+    from skfilter.priors import _moments, target_scale
+
+    rng = np.random.default_rng(seed)
+    Y = rng.normal(size=(n, width)) * 10.0 ** rng.integers(-3, 4)
+    if ties:
+        Y = np.round(Y, 0)
+    for a, b in zip(target_scale(Y), target_scale(Y, np.ones(n))):
+        assert np.array_equal(a, b)
+    w = rng.uniform(0.0, 2.0, n)
+    mean, std = _moments(Y, w)
+    reference = np.average(Y, axis=0, weights=w)
+    assert np.array_equal(mean, reference)
+    assert np.array_equal(std, np.sqrt(np.average((Y - reference) ** 2, axis=0, weights=w)))
