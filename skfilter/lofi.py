@@ -251,10 +251,10 @@ class LoFiClassifier(_LoFiStructure, LikelihoodParameterMixin, FilterClassifierM
     prior_variance : 'auto' or float, default='auto'
         Prior covariance of the weights. ``'auto'`` (:mod:`skfilter.priors`), made for raw,
         unscaled features: the default MLP standardises its inputs by the stream's first rows (see
-        ``module``) and each weight's prior variance is three times its initialisation variance
-        ``1/fan_in`` (biases 3), so that the logits have prior standard deviation about √3 (unit
-        variance left one-pass classifiers under-confident). A user ``module`` gets ``3/fan_in`` per
-        weight matrix, 3 for the other parameters, and no data scaling. A float:
+        ``module``) and each weight's prior variance is ten times its initialisation variance
+        ``1/fan_in`` (biases 10), so that the logits have prior variance about 10 (narrower priors
+        left one-pass classifiers under-confident: doc/calibration.md). A user ``module`` gets
+        ``10/fan_in`` per weight matrix, 10 for the other parameters, and no data scaling. A float:
         ``prior_variance · I`` around the initial weights, inputs used as given (the papers'
         parametrisation; standardise the features then).
     n_prior_rows : int, default=50

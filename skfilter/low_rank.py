@@ -235,8 +235,8 @@ _PRIOR_DOC = {
     "classifier": """\
     prior_variance : 'auto' or float, default='auto'
         Prior covariance of the weights. ``'auto'`` (:mod:`skfilter.priors`): inputs standardised
-        by the stream's first rows (default MLP), each weight's variance three times its
-        initialisation variance ``1/fan_in`` (biases 3). A float: ``prior_variance · I`` around the
+        by the stream's first rows (default MLP), each weight's variance ten times its
+        initialisation variance ``1/fan_in`` (biases 10; doc/calibration.md). A float: ``prior_variance · I`` around the
         initial weights (standardise the features then). A low-rank block keeps the part of this
         prior its ``init`` represents.
     n_prior_rows : int, default=50

@@ -126,7 +126,9 @@ def test_binary_classifier_draws(Est):
     y = (X[:, 0] + 0.5 * rng.normal(size=60) > 0).astype(int)
     kw = dict(rank=2) if Est is LoFiClassifier else {}
     est = Est(hidden_layer_sizes=(), random_state=0, **kw).fit(X, y)
-    Xq = np.array([[0.3, 0.0], [0.35, 0.05], [4.0, -3.0]])
+    # the third point far from the boundary, but not so far that a draw's σ(f) rounds to 1 (its
+    # logit would be infinite)
+    Xq = np.array([[0.3, 0.0], [0.35, 0.05], [2.0, -1.0]])
     f, J, Sigma = _jacobian_and_cov(est, Xq)
     cov = J[:, 0] @ Sigma @ J[:, 0].T
     # predictive: E[σ(f)] by quadrature, and the label frequencies
