@@ -927,7 +927,7 @@ class BaseFilter(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimator):
         ``Π J Σ Jᵀ Π`` instead, ``Π = I − 11ᵀ/C`` (the outputs less their mean)."""
         belief = self.filter_state_.belief if belief is None else belief
         mean = belief.mean
-        if mean.dim() == 1:  # one belief on the CPU: the compiled kernel when it serves the filter
+        if mean.dim() <= 2:  # one belief, or one hypotheses axis, on the CPU: the compiled kernel when it serves
             out = stepping.linearized_compiled(self._adapter, self._structure, belief, Xt, centred=centred)
             if out is not None:
                 return out

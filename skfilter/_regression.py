@@ -295,9 +295,10 @@ class FilterRegressorMixin(PredictiveSamplingMixin, RegressorMixin):
         :meth:`predict` (so the same numbers; the square root is torch's). ``None`` for every other
         case."""
         state = self.filter_state_
-        if state.log_weights is not None or self.predictive != "linearized" or Xt.device.type != "cpu" \
-                or not isinstance(self._likelihood, Gaussian):
+        if self.predictive != "linearized" or Xt.device.type != "cpu" or not isinstance(self._likelihood, Gaussian):
             return None
+        if state.log_weights is not None:
+            return self._host_predict_mixture(rows, Xt, return_std, include_noise)
         # the mean alone: the compiled forward pass, the same arithmetic as the linearised
         # predictive's (bit for bit), without its Jacobian and the k × k factorisation of LoFi
         f = None if return_std else stepping.forward_compiled(self._adapter, state.belief.mean, Xt)
@@ -319,6 +320,38 @@ class FilterRegressorMixin(PredictiveSamplingMixin, RegressorMixin):
         else:
             var = var + 0.0
         # torch's square root, as the torch path (on the CPU it is not always correctly rounded)
+        std = self._shape_output(torch.from_numpy(np.maximum(var, 0.0)).sqrt_().numpy())
+        self._check_finite_prediction(*((std,) if finite_mean else (mean, std)))
+        return mean, std
+
+    def _host_predict_mixture(self, rows, Xt, return_std, include_noise):
+        """:meth:`_host_predict` for a mixture state (a run-length filter's ``K`` hypotheses with
+        normalised ``log_weights``, one hypotheses axis): the hypotheses' linearised predictives in
+        one compiled call when it serves (:meth:`_linearized`), then the mixture's moments of
+        :meth:`_mix_summaries` on NumPy arrays — mean ``Σ w_k f_k``, epistemic
+        ``Σ w_k (v_k + (f_k − m)²)``, aleatoric ``Σ w_k r_k``. ``None`` when the belief has more
+        axes or the Gaussian noise state is not one ``r`` per hypothesis."""
+        state = self.filter_state_
+        noise = state.noise
+        if state.belief.mean.dim() != 2 or type(self._likelihood) is not Gaussian or noise is None \
+                or noise["r"].dim() != 2:
+            return None
+        f, v = self._linearized(Xt)
+        biggest = self._remember_outputs(rows, f)
+        lw = state.log_weights.numpy()
+        w = np.exp(lw - lw.max())
+        w = (w / w.sum())[:, None, None]
+        F = f.numpy()
+        m = (w * F).sum(0)
+        mean = self._shape_output(m)
+        finite_mean = biggest is not None and biggest < np.inf
+        if not return_std:
+            if not finite_mean:
+                self._check_finite_prediction(mean)
+            return mean
+        var = (w * (v.numpy() + (F - m) ** 2)).sum(0)
+        if include_noise:
+            var = var + (w[:, :, 0] * noise["r"].numpy()).sum(0)
         std = self._shape_output(torch.from_numpy(np.maximum(var, 0.0)).sqrt_().numpy())
         self._check_finite_prediction(*((std,) if finite_mean else (mean, std)))
         return mean, std

@@ -50,6 +50,11 @@ run-length rule): one belief, shrunk every step towards the reference by the sam
 :data:`CPP_GRID` — all candidates linearised in one batched call (Titsias et al. take a few gradient
 steps on the same objective). ``changepoint_probability`` is ``1 − υ``.
 
+**Compiled.** :func:`run_runlength` offers the rows to the compiled RL[K]-PR over LoFi first
+(:class:`skfilter.stepping.RunLengthPlan`, :mod:`skfilter.kernels.runlength`: ``reset='prior'``, an
+integer ``K``, one row per step, no robust weighting stage), which equals this module's step to
+rounding; everything else, and any row the kernel cannot finish, runs :func:`runlength_step`.
+
 The state (:class:`RunLengthState`) holds the hypotheses as a mixture
 :class:`~skfilter.filtering.FilterState` (``log_weights`` normalised), their run lengths, the log
 evidence so far and the changepoint probability of the last step.
@@ -66,7 +71,8 @@ import torch
 from .dynamics import Dynamics, apply_dynamics
 from .exceptions import FilterStepError
 from .filtering import FilterState
-from .stepping import filter_step
+from . import stepping
+from .stepping import filter_step, runlength_plan_for
 from .posteriors import map_belief
 
 RESETS = ("prior", "moment-matched", "ou", "cpp-ou")
@@ -361,16 +367,43 @@ def run_runlength(parts, state: RunLengthState, prior: FilterState, X, Y, sample
                   record=None, progress=None, **options):
     """Filter the rows of ``X`` in order with :func:`runlength_step` (``options``: its keyword
     arguments). Returns ``(state, records)``; on any exception the exception carries
-    ``last_good_state`` and ``rows_done``, as :func:`skfilter.filtering.run_filter`."""
+    ``last_good_state`` and ``rows_done``, as :func:`skfilter.filtering.run_filter`.
+
+    The rows go to the compiled RL[K]-PR first when it serves the filter
+    (:func:`skfilter.stepping.runlength_plan_for`), in chunks of :data:`~skfilter.stepping.CHUNK_ROWS`
+    (progress and interrupts served between them); a row the kernel cannot finish, and every row
+    when it does not serve, is a :func:`runlength_step` on the engine, which raises there if it
+    must. Both give the same states and records, to rounding (tests/test_runlength_kernels.py)."""
+    plan = runlength_plan_for(parts, state.filter, prior.belief, batch_size, **options)
     outs = []
     start = state.filter.n_seen
-    Xs, Ys = X.split(batch_size), Y.split(batch_size)
-    ws = [None] * len(Xs) if sample_weight is None else sample_weight.split(batch_size)
+    n = X.shape[0]
+    row = 0
     try:
-        for Xb, Yb, wb in zip(Xs, Ys, ws):
-            state, out = runlength_step(parts, state, prior, Xb, Yb, wb, record=record, **options)
+        while row < n:
+            if plan is not None:
+                stop = min(n, row + stepping.CHUNK_ROWS)
+                wb = None if sample_weight is None else sample_weight[row:stop]
+                mixture, runs, d_evidence, cp, done, finished, recs = plan.run(
+                    state.filter, state.run_lengths, X[row:stop], Y[row:stop], wb, record is not None)
+                if done:
+                    state = RunLengthState(mixture, runs, state.log_evidence + d_evidence, cp)
+                    if record is not None:  # the mixture's one-step-ahead prediction of each row
+                        f, quad, r, weights = (torch.from_numpy(a) for a in recs)
+                        for i in range(done):
+                            noise = None if state.filter.noise is None else {"r": r[i]}
+                            outs.append(record(f[i][:, None], quad[i][:, None], noise, weights[i]))
+                    row += done
+                if finished:
+                    if progress is not None:
+                        progress(state.filter.n_seen - start)
+                    continue
+            stop = min(n, row + batch_size)
+            wb = None if sample_weight is None else sample_weight[row:stop]
+            state, out = runlength_step(parts, state, prior, X[row:stop], Y[row:stop], wb, record=record, **options)
             if record is not None:
                 outs.append(out)
+            row = stop
             if progress is not None:
                 progress(state.filter.n_seen - start)
     except BaseException as exc:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import abc
 import functools
+import math
 import operator
 import weakref
 
@@ -55,14 +56,15 @@ from .kernels.full import full_hypotheses, full_rows
 from .kernels.lofi import DONE, lofi_hypotheses, lofi_rows
 from .kernels.mlp import mlp_program
 from .kernels.observations import LIKELIHOOD_CODES, WEIGHTING_CODES
-from .kernels.predictive import DIAGONAL, FULL, LOFI, forward_rows, predict_rows, probit_rows
+from .kernels.predictive import DIAGONAL, FULL, LOFI, forward_rows, predict_hypotheses, predict_rows, probit_rows
+from .kernels.runlength import diagonal_runlength_rows, full_runlength_rows, lofi_runlength_rows
 from .likelihoods import AssumedDensityCategorical, Bernoulli, Categorical, Gaussian, robust_variance_consistency
 from .models import MLPAdapter
 from .posteriors import DiagonalCovariance, FullCovariance, LowRankPrecision, stiffness_limit
 
 __all__ = ["run_filter", "filter_step", "run_compiled", "step_compiled", "linearized_compiled",
            "linearized_arrays_compiled", "probit_arrays_compiled", "forward_compiled", "handed_back", "plan_for",
-           "RowState"]
+           "RowState", "RunLengthPlan", "runlength_plan_for"]
 
 _DTYPES = (torch.float64, torch.float32)
 #: the NumPy dtype of each torch dtype the kernels take
@@ -1014,6 +1016,173 @@ class FullPlan(KernelPlan):
 
 
 # -- the dispatch ----------------------------------------------------------------------------------
+class RunLengthPlan:
+    """RL[K]-PR (BOCD with ``reset='prior'``, ``K`` run lengths kept) over a compiled filter — LoFi,
+    the VD/FD-EKF or the full-covariance EKF — on the kernels of :mod:`skfilter.kernels.runlength`:
+    many rows per call, the hypotheses in a pool of belief slots reordered by index (no belief
+    copied per step). Built by :func:`runlength_plan_for` around the base filter's
+    :class:`KernelPlan`; :meth:`run` filters rows from a mixture state and returns the new one,
+    stopping at a row the kernel cannot finish (the caller, :func:`skfilter.runlength.run_runlength`,
+    runs that row on the engine)."""
+
+    def __init__(self, base_plan, prior_belief, hazard, n_hypotheses, weighted_evidence=False):
+        self.base = base_plan
+        self.weighted_evidence = bool(weighted_evidence)
+        self.prior_belief = prior_belief
+        self.log_h = math.log(hazard) if hazard > 0 else -math.inf
+        self.log_s = math.log1p(-hazard) if hazard < 1 else -math.inf
+        self.n_keep = int(n_hypotheses)
+        self.hazard = hazard
+        #: the state the last call returned and the pool it lives in (:meth:`run`)
+        self._last = None
+
+    # -- per structure: the pool of belief slots, the kernel, the kept beliefs --------------------
+    def _pool(self, b, K, S, np_dtype):
+        """The structure's slot arrays with the ``K`` hypotheses of the stacked belief ``b`` in the
+        first slots, and the prior's arrays."""
+        P = b.mean.shape[-1]
+        pb = self.prior_belief
+        if isinstance(self.base, LoFiPlan):
+            L = b.low_rank.shape[-2]
+            eta = _numpy(b.prior_precision).reshape(K, -1)
+            pool = (np.empty((S, 1, P), dtype=np_dtype), np.empty((S, 1, P), dtype=np_dtype),
+                    np.empty((S, 1, L, P), dtype=np_dtype), np.empty((S, eta.shape[1]), dtype=np_dtype),
+                    np.empty((S, P), dtype=np_dtype))
+            for array, value in zip(pool, (_numpy(b.mean)[:, None], _numpy(b.diagonal)[:, None],
+                                           _numpy(b.low_rank)[:, None], eta, _numpy(b.prior_mean))):
+                array[:K] = value
+            prior = (pb.mean, pb.diagonal, pb.low_rank, pb.prior_precision.reshape(-1), pb.prior_mean)
+        elif isinstance(self.base, DiagonalPlan):
+            pool = (np.empty((S, 2, P), dtype=np_dtype), np.empty((S, 2, P), dtype=np_dtype))
+            pool[0][:K, 0], pool[1][:K, 0] = _numpy(b.mean), _numpy(b.var)
+            prior = (pb.mean, pb.var)
+        else:
+            pool = (np.empty((S, P), dtype=np_dtype), np.empty((S, P, P), dtype=np_dtype))
+            pool[0][:K], pool[1][:K] = _numpy(b.mean), _numpy(b.cov)
+            prior = (pb.mean, pb.cov)
+        prior = tuple(np.ascontiguousarray(_numpy(x), dtype=np_dtype) for x in prior)
+        return pool, prior
+
+    def _call(self, Xn, Yn, w, has_w, pool, prior, noises, scales, keep, common, rec, evidence):
+        plan = self.base
+        shapes, offsets, codes = plan.program
+        tail = (*keep, self.n_keep, self.log_h, self.log_s, plan.code, common["params"], common["adaptive"],
+                plan.max_abs, plan.g, plan.q, common["limit"], common["tiny"], common["recording"], *rec, evidence,
+                plan.weight_kind, plan.weight_c, self.weighted_evidence)
+        if isinstance(plan, LoFiPlan):
+            return lofi_runlength_rows(Xn, Yn, w, has_w, shapes, offsets, codes, *plan.map_args(Xn.dtype), *pool, noises,
+                                       scales, *prior, *tail)
+        if isinstance(plan, DiagonalPlan):
+            structure = plan.structure
+            return diagonal_runlength_rows(Xn, Yn, w, has_w, shapes, offsets, codes, *pool, noises, scales, *prior,
+                                           structure.projection == "fd", structure.vd_mean == "exact", *tail)
+        return full_runlength_rows(Xn, Yn, w, has_w, shapes, offsets, codes, *pool, noises, scales, *prior, *tail)
+
+    def _belief(self, pool, idx, b, rows):
+        """The kept hypotheses' stacked belief (copies of their slots, most probable first)."""
+        t = torch.from_numpy
+        k = len(idx)
+        if isinstance(self.base, LoFiPlan):
+            means, diags, factors, etas, m0s = pool
+            return type(b)(t(means[idx, 0]), t(diags[idx, 0]), t(factors[idx, 0]),
+                           t(etas[idx]).reshape(k, *b.prior_precision.shape[1:]), t(m0s[idx]), b.n_steps + rows)
+        if isinstance(self.base, DiagonalPlan):
+            return type(b)(t(pool[0][idx, 0]), t(pool[1][idx, 0]))
+        return type(b)(t(pool[0][idx]), t(pool[1][idx]))
+
+    def run(self, mixture, run_lengths, X, Y, sample_weight, recording):
+        """Filter the rows from ``mixture`` (a :class:`~skfilter.filtering.FilterState` with the
+        hypotheses axis and normalised ``log_weights``) and its ``run_lengths``.
+
+        Returns ``(mixture, run_lengths, log_evidence_increment, changepoint_probability, rows_done,
+        done, records)``: ``done`` False when row ``rows_done`` must go to the engine (the state
+        returned is that before it); ``records`` ``(f, quad, noise, weights)`` arrays of the rows
+        done (candidates on axis 1, padded with zero weights), or None."""
+        plan, b = self.base, mixture.belief
+        np_dtype = _NP_DTYPES[b.mean.dtype]
+        K = b.mean.shape[0]
+        C = Y.shape[1]
+        K_max = max(self.n_keep, K)
+        S = 2 * K_max + 1  # the K kept and the K + 1 candidates of a row
+        Xn, Yn, w, has_w = plan._inputs(X, Y, sample_weight, np_dtype)
+        params, adaptive = plan._noise_params(C, np_dtype)
+        _, limit, tiny = _constants(np_dtype)
+        gaussian = isinstance(plan.likelihood, Gaussian)
+        # a call continuing from the state the last call returned (one row per call) finds its
+        # hypotheses where that call left them in the pool: nothing to allocate or copy in
+        last, self._last = self._last, None
+        if (last is not None and last[0] is mixture.belief and last[1] is mixture.noise
+                and last[2] is mixture.log_weights and last[3] is run_lengths and last[4] == (np_dtype, C)):
+            pool, prior, noises, scales, slots, log_weights, runs, counts = last[5]
+        else:
+            pool, prior = self._pool(b, K, S, np_dtype)
+            noises = np.zeros((S, C + 1), dtype=np_dtype)
+            scales = np.ones((S, C), dtype=np_dtype)
+            if gaussian:
+                noises[:K, :C] = _numpy(mixture.noise["r"])
+                noises[:K, C] = _numpy(mixture.noise["weight"])
+                scales[:K] = _numpy(mixture.noise["scale"]).reshape(K, C)
+            slots = np.zeros(K_max, dtype=np.int64)
+            slots[:K] = np.arange(K)
+            log_weights = np.zeros(K_max, dtype=np.float64)
+            log_weights[:K] = _numpy(mixture.log_weights)
+            runs = np.zeros(K_max, dtype=np.int64)
+            runs[:K] = _numpy(run_lengths)
+            counts = np.array([K], dtype=np.int64)
+        evidence = np.zeros(2, dtype=np.float64)
+        m = Xn.shape[0] if recording else 1
+        rec = (np.empty((m, K_max + 1, C), dtype=np_dtype), np.empty((m, K_max + 1, C, C), dtype=np_dtype),
+               np.empty((m, K_max + 1, C), dtype=np_dtype), np.empty((m, K_max + 1), dtype=np_dtype))
+        common = {"params": params, "adaptive": adaptive, "limit": limit, "tiny": tiny, "recording": recording}
+        done, status = self._call(Xn, Yn, w, has_w, pool, prior, noises, scales, (slots, log_weights, runs, counts),
+                                  common, rec, evidence)
+        if status != DONE:
+            HANDED_BACK[0] += 1
+        if done == 0:
+            return mixture, run_lengths, 0.0, None, 0, status == DONE, None
+        k = int(counts[0])
+        idx = slots[:k]
+        belief = self._belief(pool, idx, b, done)
+        noise = mixture.noise
+        if gaussian:
+            noise = {"r": torch.from_numpy(noises[idx, :C]), "weight": torch.from_numpy(noises[idx, C]),
+                     "scale": torch.from_numpy(scales[idx]).reshape(k, C, 1)}
+        # a copy (the pool's array moves on), in the belief's dtype
+        new = FilterState(belief, noise, mixture.n_seen + done, torch.from_numpy(log_weights[:k].astype(np_dtype)))
+        new_runs = torch.from_numpy(runs[:k].copy())
+        if status == DONE:
+            self._last = (belief, noise, new.log_weights, new_runs, (np_dtype, C),
+                          (pool, prior, noises, scales, slots, log_weights, runs, counts))
+        records = tuple(r[:done] for r in rec) if recording else None
+        return new, new_runs, float(evidence[0]), float(evidence[1]), done, status == DONE, records
+
+
+def runlength_plan_for(parts, mixture, prior_belief, batch_size, *, hazard, n_hypotheses, reset="prior",
+                       threshold=0.5, weighted_evidence=False):
+    """The :class:`RunLengthPlan` of a run-length filter (the options of
+    :func:`skfilter.runlength.runlength_step`) that the compiled kernel serves, else None: the
+    kernels on, ``reset='prior'`` with an integer ``n_hypotheses``, one row per step, and a base
+    filter whose single-belief step :func:`plan_for` gives to the LoFi, diagonal or full kernel (its
+    dynamics and a built-in robust weighting — BOCD over WoLF — included); the
+    mixture's belief on the CPU in the prior's dtype. ``threshold`` (of ``'ou'``) is unused."""
+    if not enabled() or reset != "prior" or n_hypotheses is None or batch_size != 1:
+        return None
+    if mixture.log_weights is None:
+        return None
+    plan = plan_for(parts, FilterState(prior_belief, None, 0), None)
+    if type(plan) not in (LoFiPlan, DiagonalPlan, FullPlan):
+        return None
+    mean = mixture.belief.mean
+    if mean.dim() != 2 or not mean.is_cpu or mean.dtype != prior_belief.mean.dtype:
+        return None
+    known = plan.__dict__.get("runlength_plan")  # one per base plan, kept for its pool (one-row calls)
+    if known is not None and known.prior_belief is prior_belief and known.hazard == hazard \
+            and known.n_keep == int(n_hypotheses) and known.weighted_evidence == bool(weighted_evidence):
+        return known
+    plan.runlength_plan = known = RunLengthPlan(plan, prior_belief, hazard, n_hypotheses, weighted_evidence)
+    return known
+
+
 def run_compiled(parts, state, X, Y, sample_weight, batch_size, record, progress):
     """Filter the rows with a compiled kernel if the filter qualifies (module docstring).
 
@@ -1082,12 +1251,44 @@ def filter_step(parts, state, X, Y, sample_weight=None, record=None, workspace=N
 
 def linearized_compiled(adapter, structure, belief, X, centred=False):
     """The linearised predictive ``(f, diag(J Σ Jᵀ))`` of a single belief at the rows ``X`` on a
-    compiled kernel (:mod:`skfilter.kernels.predictive`), as tensors ``(n, C)``, or ``None`` when the
+    compiled kernel (:mod:`skfilter.kernels.predictive`), as tensors ``(n, C)`` — of a stack of
+    ``K`` beliefs (a run-length mixture), ``(K, n, C)``, one kernel call per hypothesis — or ``None`` when the
     kernels are off or do not serve this model and structure (the caller's torch path then computes
     it). ``centred``: ``diag(Π J Σ Jᵀ Π)``, ``Π = I − 11ᵀ/C``, instead."""
     if not enabled():
         return None
+    if belief.mean.dim() == 2:  # a stack of hypotheses (a run-length mixture)
+        return _linearized_hypotheses(adapter, structure, belief, X, centred)
     return linearized(adapter, structure, belief, X, centred)
+
+
+def _linearized_hypotheses(adapter, structure, belief, X, centred):
+    """:func:`linearized` for a stack of ``K`` beliefs (leading axis) in one compiled call
+    (:func:`~skfilter.kernels.predictive.predict_hypotheses`): tensors ``(K, n, C)``, or None."""
+    mean = belief.mean
+    if not _serves_adapter(adapter) or not mean.is_cpu or mean.dtype not in _DTYPES:
+        return None
+    np_dtype = _NP_DTYPES[mean.dtype]
+    kind = type(structure)
+    K = mean.shape[0]
+    if kind is LowRankPrecision and structure.variant == "diagonal":
+        code, firsts, seconds = LOFI, belief.diagonal, belief.low_rank
+    elif kind is DiagonalCovariance:
+        code, firsts, seconds = DIAGONAL, belief.var, None
+    elif kind is FullCovariance and mean.shape[-1] <= FULL_KERNEL_MAX_PARAMS:
+        code, firsts, seconds = FULL, mean, belief.cov
+    else:
+        return None
+    means, firsts = _source_array(_numpy(mean), np_dtype), _source_array(_numpy(firsts), np_dtype)
+    seconds = np.empty((K, 0, 0), dtype=np_dtype) if seconds is None else _source_array(_numpy(seconds), np_dtype)
+    (shapes, offsets, codes), input_map = _program_of(adapter)
+    Xn = _kernel_rows(X, np_dtype)
+    f = np.empty((K, Xn.shape[0], int(shapes[-1, 0])), dtype=np_dtype)
+    var = np.empty_like(f)
+    if not predict_hypotheses(Xn, shapes, offsets, codes, *map_arguments(input_map, np_dtype), means, code, firsts,
+                              seconds, f, var, stiffness_limit(np_dtype), bool(centred)):
+        return None
+    return torch.from_numpy(f), torch.from_numpy(var)
 
 
 def probit_arrays_compiled(adapter, structure, belief, X, n_classes):

@@ -344,8 +344,11 @@ def test_bad_parameters_and_input_leave_it_unchanged():
 
 
 def test_batched_hypotheses_cost_one_update():
-    """The K hypotheses go through one filter_step: the adapter is linearised once per step."""
+    """On the torch engine the K hypotheses go through one filter_step: the adapter is linearised
+    once per step (the compiled run-length kernel, which serves this filter when the kernels are on,
+    has its own tests: tests/test_runlength_kernels.py)."""
     from skfilter import runlength
+    from skfilter.kernels import compiled_kernels
 
     X, y = _linear_stream(T=6)
     est = BOCDRegressor(_linear_base(), hazard=0.1, n_hypotheses=5)
@@ -358,7 +361,8 @@ def test_batched_hypotheses_cost_one_update():
 
     runlength.filter_step = counting
     try:
-        est.fit(X, y)
+        with compiled_kernels(False):
+            est.fit(X, y)
     finally:
         runlength.filter_step = original
     assert len(calls) == 6

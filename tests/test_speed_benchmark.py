@@ -130,6 +130,23 @@ def test_calls_section():
     assert river or "river" not in names[-1]
 
 
+def test_runlength_section():
+    """Issue 31's run-length rows: each BOCD row a ratio to its base filter's step (the median of the
+    rounds' ratios), beside the target 1.3 (K + 1)."""
+    stream = _common.load_stream("concrete")
+    rows = speed.time_runlength(stream, n_rows=3, repeats=1)
+    assert [r["config"] for r in rows] == list(speed.RUNLENGTH_ROWS_NAMES)
+    by = {r["config"]: r for r in rows}
+    for r in rows:
+        assert r["section"] == "runlength" and _finite(r["value"]) and r["unit"] == "µs/step" and r["n_params"] == 501
+    for base in speed.RUNLENGTH_BASES:
+        for K in speed.RUNLENGTH_KS:
+            r = by[f"BOCD K={K} over {base}"]
+            assert r["ref"] == f"{base} step" and r["target_ratio"] == pytest.approx(1.3 * (K + 1))
+            assert r["ratio"] == pytest.approx(r["times"][0] / by[r["ref"]]["times"][0])
+    assert speed.section_workloads()["runlength"] == list(speed.RUNLENGTH_ROWS_NAMES)
+
+
 def test_digits_sections_on_small_networks():
     lofi, mlp = speed.time_digits(repeats=1, n_rows=40, hidden=(4,), dtype="float32")
     assert (lofi["config"], mlp["config"]) == ("LoFiClassifier.fit", "MLPClassifier.fit")
@@ -210,7 +227,7 @@ def test_cli_suites_only_and_default_paths(tmp_path, monkeypatch, capsys):
 
 def test_default_suites_are_the_cheap_ones():
     assert speed.DEFAULT_SUITES == ("concrete", "streaming", "calls", "digits")
-    assert set(speed.SECTIONS) == {"concrete", "streaming", "calls", "digits", "digits-ekf", "mnist"}
+    assert set(speed.SECTIONS) == {"concrete", "streaming", "calls", "runlength", "digits", "digits-ekf", "mnist"}
     assert speed._resolve_suites(["all"], "concrete") == list(speed.SECTIONS)
     assert speed._resolve_suites(None, "mnist") == ["mnist"]
     with pytest.raises(ValueError, match="suite"):

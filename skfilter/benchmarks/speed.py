@@ -71,6 +71,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import pickle
 import shlex
 import sys
 import time
@@ -104,6 +105,7 @@ SECTIONS = {
     "concrete": "µs/step of EKF full/VD/FD and LoFi r10 (+ adaptive noise, + process noise), MLP 8-50-1, P=501",
     "streaming": "predict + partial_fit one row per call (LoFi r10, MLPRegressor), overhead over the in-loop step",
     "calls": "later calls with default parameters; one-row calls (LoFi, WoLF, BOCD, river) vs the in-call row",
+    "runlength": "BOCD (RL[K]-PR, K = 1 and 10) over LoFi r10 and over the full EKF, µs/step vs the base filter's step",
     "digits": "LoFiClassifier().fit vs MLPClassifier().fit on digits",
     "digits-ekf": "EKFClassifier().fit on digits (P=3,760) vs its BLAS floor (slow: ~1 min)",
     "mnist": "LoFi r10 at P=648,010 (784-500-500-10), ms/step, page faults (slow on a CPU)",
@@ -267,6 +269,21 @@ CALLS_BOCD_ROWS = 100
 #: rows of the first call that has a constant feature (``calls`` section)
 CALLS_CONSTANT_ROWS = 20
 EKF_ROWS = ("EKFClassifier.fit", "BLAS floor (2 GEMMs/row)")
+#: the ``runlength`` section's bases and run-length counts; its rows are named by :func:`_runlength_name`
+RUNLENGTH_BASES = ("LoFi r10", "EKF full")
+RUNLENGTH_KS = (1, 10)
+#: rows per timed call of the ``runlength`` section (a step of K = 10 is 11 base steps)
+RUNLENGTH_ROWS = 100
+#: issue 31's budget: a step of ``K`` run lengths updates ``K + 1`` candidates, at most 1.3 × (K + 1) base steps
+RUNLENGTH_TARGET_FACTOR = 1.3
+
+
+def _runlength_name(base, K=None):
+    """The ``runlength`` section's row of a base filter (``K`` None) or of BOCD with ``K`` over it."""
+    return f"{base} step" if K is None else f"BOCD K={K} over {base}"
+
+
+RUNLENGTH_ROWS_NAMES = tuple(_runlength_name(b, k) for b in RUNLENGTH_BASES for k in (None, *RUNLENGTH_KS))
 
 
 def section_workloads(configs=None, mnist_configs=None) -> dict:
@@ -275,6 +292,7 @@ def section_workloads(configs=None, mnist_configs=None) -> dict:
         "concrete": [c.name for c in (CONFIGS if configs is None else configs)],
         "streaming": list(STREAM_ROWS),
         "calls": list(CALL_ROWS),
+        "runlength": list(RUNLENGTH_ROWS_NAMES),
         "digits": list(DIGITS_ROWS),
         "digits-ekf": list(EKF_ROWS),
         "mnist": [c.name for c in (MNIST_CONFIGS if mnist_configs is None else mnist_configs)],
@@ -688,6 +706,57 @@ def time_calls(stream, n_rows=DEFAULT_N_ROWS, repeats=5, device="cpu", dtype="fl
     return rows_out
 
 
+def time_runlength(stream, n_rows=RUNLENGTH_ROWS, repeats=5, device="cpu", dtype="float64", seed=0) -> list:
+    """The ``runlength`` section: µs/step of LoFi r10 and of the full EKF (regressors, default
+    parameters otherwise, MLP 8-50-1) and of ``BOCDRegressor(base, n_hypotheses=K)`` for each ``K``
+    of :data:`RUNLENGTH_KS` (hazard 0.01, ``reset='prior'``), each a later ``partial_fit`` of
+    ``n_rows`` rows, timed round-robin (:func:`interleave`); each BOCD row's ``ratio`` is the median of
+    the rounds' ratios to its base's step, beside the target ``1.3 × (K + 1)``."""
+    from .. import BOCDRegressor, EKFRegressor, LoFiRegressor
+
+    bases = {"LoFi r10": lambda: LoFiRegressor(hidden_layer_sizes=(50,), rank=10, device=device, dtype=dtype,
+                                               random_state=seed),
+             "EKF full": lambda: EKFRegressor(hidden_layer_sizes=(50,), device=device, dtype=dtype,
+                                              random_state=seed)}
+    Xw, yw = _rows(stream, 0, WARMUP_ROWS)
+    Xa, ya = _rows(stream, WARMUP_ROWS, int(n_rows))
+    fns, names, n_params = [], [], None
+    for base in RUNLENGTH_BASES:
+        for K in (None, *RUNLENGTH_KS):
+            est = bases[base]() if K is None else BOCDRegressor(bases[base](), n_hypotheses=K)
+            est.fit(Xw, yw)
+            if K is None:
+                n_params = int(est.n_params_)
+            snapshot = pickle.dumps(est)
+            # the same later call every round, each on its own copy of the fitted state (made untimed)
+            copies = [pickle.loads(snapshot) for _ in range(repeats + 1)]
+
+            def call(copies=copies):
+                copies.pop().partial_fit(Xa, ya)
+
+            fns.append(call)
+            names.append(_runlength_name(base, K))
+    timed = interleave(fns, repeats=repeats, warmup=1, device=device)
+    rows, by = [], {}
+    for name, result in zip(names, timed):
+        if isinstance(result, Exception):
+            raise result
+        times, usage = result
+        us = 1e6 * median(times) / int(n_rows)
+        row = _row("runlength", name, device=str(device), dtype=str(dtype), n_rows=int(n_rows), n_params=n_params,
+                   times=times,
+                   us_per_step=us, value=us, unit="µs/step", **_usage_fields(usage, int(n_rows) * len(times)))
+        rows.append(row)
+        by[name] = row
+    for base in RUNLENGTH_BASES:
+        ref = by[_runlength_name(base)]
+        for K in RUNLENGTH_KS:
+            row = by[_runlength_name(base, K)]
+            per_round = [a / b for a, b in zip(row["times"], ref["times"])]
+            row.update(ref=ref["config"], ratio=median(per_round), target_ratio=RUNLENGTH_TARGET_FACTOR * (K + 1))
+    return rows
+
+
 def load_digits_stream(n_rows=None):
     """scikit-learn's digits, raw features (0–16), in the file's order; the first ``n_rows`` rows."""
     from sklearn.datasets import load_digits
@@ -973,6 +1042,14 @@ def notes(results, settings, env) -> list:
                 lines.append(f"{name}: {r['value']:.0f} µs/row = {r['ratio']:.2f}× {ref} "
                              f"({by_name[ref]['value']:.0f}; the median of the rounds' ratios){cpu}; "
                              f"target ≤ {target}×: {r['meets_ratio']}.")
+    for base in RUNLENGTH_BASES:
+        for K in RUNLENGTH_KS:
+            r = by_name.get(_runlength_name(base, K))
+            if r is not None and r.get("ratio") is not None:
+                lines.append(f"{r['config']}: {r['value']:.0f} µs/step = {r['ratio']:.2f}× {r['ref']} "
+                             f"({by_name[r['ref']]['value']:.0f}; median of the rounds' ratios, later partial_fit "
+                             f"calls of {r['n_rows']} rows); target ≤ 1.3 × (K + 1) = {r['target_ratio']:.1f}×: "
+                             f"{r['meets_ratio']}.")
     if "MLPClassifier.fit" in by_name and "LoFiClassifier.fit" in by_name:
         d, m = by_name["LoFiClassifier.fit"], by_name["MLPClassifier.fit"]
         lines.append(f"Digits ({d['n_rows']} rows): LoFiClassifier().fit {d['value']:.2f} s (P = {d['n_params']:,}, "
@@ -1099,6 +1176,9 @@ def run_speed(configs=None, n_rows=None, repeats=5, device="cpu", dtype="float64
             results.extend(time_streaming(concrete, rows_main, repeats, device, dtype, seed))
         elif section == "calls":
             results.extend(time_calls(concrete, rows_main, repeats, device, dtype, seed))
+        elif section == "runlength":
+            results.extend(time_runlength(concrete, RUNLENGTH_ROWS if n_rows is None else rows_main, repeats, device,
+                                          dtype, seed))
         elif section == "digits":
             results.extend(time_digits(fit_repeats, device, dtype, seed, digits_rows, digits_hidden))
         elif section == "digits-ekf":

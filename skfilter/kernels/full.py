@@ -11,7 +11,11 @@ with the whitened rows ``Hw (m × P)``::
 ``Uᵀ`` is read off ``Σ`` in one pass, four rows at a time
 (:func:`~skfilter.kernels.linalg.rows_times_symmetric`), and ``Σ`` is updated **in place** in one
 pass (with the dynamics folded in: ``Σ ← g² Σ + q I − V Vᵀ``), so a step reads the ``P × P``
-matrix twice, writes it once and allocates nothing of that size. Every
+matrix twice, writes it once and allocates nothing of that size. A step that needs the prior
+predictive ``J Σ⁻ Jᵀ`` (recorded, or for the assumed-density likelihood or a predictive weighting)
+reads ``Σ`` no more often: it takes ``Uᵀ = J Σ⁻`` of the raw rows in the one pass, ``J Σ⁻ Jᵀ`` from
+it, and then ``Hw Σ⁻`` by applying the whitening — a linear map of each row's block, ``Hw = A J``,
+for every likelihood — to ``Uᵀ`` (it was a third pass). Every
 check comes before that write — the stiffness of ``S`` (trace of ``Hw Σ⁻ Hwᵀ`` within ``[0,``
 :func:`~skfilter.posteriors._base.stiffness_limit` ``]``), its Cholesky factor, a finite mean and
 a positive new diagonal ``diag(Σ⁻) − rowsum(V ⊙ V)`` — so a step that fails them is handed back to
@@ -27,7 +31,7 @@ from .linalg import all_finite, cholesky_into, rows_times_symmetric, solve_lower
 from .lofi import DONE, REDO_STEP
 from .mlp import mlp_buffers, mlp_forward_jacobian
 from .observations import (PREDICTIVE_LIKELIHOOD, PREDICTIVE_WEIGHTING, observation_buffers, outputs_within,
-                           record_outputs, restore, weigh_and_observe)
+                           record_outputs, restore, weigh_and_observe, whiten_rows)
 
 
 @njit(cache=True, nogil=True)
@@ -36,6 +40,20 @@ def full_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, mean, cov, li
     """Filter the rows of ``X`` from the belief ``N(mean (P,), cov (P, P))``, both updated in place
     after each completed step. Arguments otherwise and the return value as
     :func:`skfilter.kernels.lofi.lofi_rows` (``cur`` is always 0)."""
+    return full_rows_from(X, Y, w, has_weights, batch, shapes, offsets, codes, mean, cov, mean, cov, True, likelihood,
+                          noise, noise_params, adaptive, max_abs, weight_kind, weight_c, g, q, record, rec_f, rec_quad,
+                          rec_noise, limit, tiny, scale_out)
+
+
+@njit(cache=True, nogil=True)
+def full_rows_from(X, Y, w, has_weights, batch, shapes, offsets, codes, mean_src, cov_src, mean, cov, same,
+                   likelihood, noise, noise_params, adaptive, max_abs, weight_kind, weight_c, g, q, record, rec_f,
+                   rec_quad, rec_noise, limit, tiny, scale_out):
+    """:func:`full_rows` from the belief ``N(mean_src, cov_src)`` into ``mean``, ``cov`` (the first
+    step reads the source and writes the destination in the same passes; later steps work in place
+    on the destination). ``same``: the source arrays are the destination's (in place from the
+    start). A run-length filter's candidate reads its hypothesis' slot and writes a free one, so no
+    ``P × P`` belief is copied (:mod:`skfilter.kernels.runlength`)."""
     n, D = X.shape
     dt = mean.dtype
     C = Y.shape[1]
@@ -54,6 +72,7 @@ def full_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, mean, cov, li
     predicted = np.empty(P, dtype=dt)
     gain = np.empty(P, dtype=dt)
     F, ew, scale, pj, noise_before = observation_buffers(batch, C, P, noise, mean)
+    ew_spare = np.empty(C, dtype=dt)
     g2 = g * g
     dynamic = g != 1.0 or q != 0.0
     row = 0
@@ -62,22 +81,29 @@ def full_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, mean, cov, li
         m = nb * C
         # 1. the predicted mean (Σ⁻ = g² Σ + q I is applied implicitly until the write)
         for j in range(P):
-            predicted[j] = mean[j] * g
+            predicted[j] = mean_src[j] * g
         # 2. linearise at μ⁻
         for i in range(nb):
             mlp_forward_jacobian(predicted, X[row + i], shapes, offsets, codes, acts, pre, delta, scratch, F[i],
                                  H[i * C:(i + 1) * C])
         if max_abs > 0.0 and not outputs_within(F[:nb], max_abs):
             return row, REDO_STEP, 0
-        # 3. the prior predictive J Σ⁻ Jᵀ (raw rows; a pass over Σ only when recorded or weighted by it)
-        if record or weight_kind == PREDICTIVE_WEIGHTING or likelihood == PREDICTIVE_LIKELIHOOD:
-            U = np.dot(cov, H[:m].T)  # (P, m), Σ symmetric
+        # 3. the prior predictive J Σ⁻ Jᵀ when recorded or needed: Uᵀ = J Σ⁻ (rows, one pass over Σ),
+        #    then J U. The whitening (stage 6) is a linear map of each row's block (Hw = A J, every
+        #    likelihood), so the same map applied to Uᵀ gives Hw Σ⁻ without a second pass over Σ
+        predictive = record or weight_kind == PREDICTIVE_WEIGHTING or likelihood == PREDICTIVE_LIKELIHOOD
+        if predictive:
+            rows_times_symmetric(cov_src, H[:m], Ut[:m], zero)
+            if dynamic:
+                for r in range(m):
+                    for j in range(P):
+                        Ut[r, j] = g2 * Ut[r, j] + q * H[r, j]
             for i in range(nb):
                 for c in range(C):
                     for c2 in range(C):
                         s = 0.0
                         for j in range(P):
-                            s += H[i * C + c, j] * (g2 * U[j, i * C + c2] + q * H[i * C + c2, j])
+                            s += H[i * C + c, j] * Ut[i * C + c2, j]
                         step_quad[i, c, c2] = s
             if record:
                 record_outputs(F[:nb], noise, step_quad, rec_f, rec_quad, rec_noise, row)
@@ -86,12 +112,17 @@ def full_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, mean, cov, li
                                  has_weights, noise, noise_params, adaptive, scale, H[:m], ew, tiny, pj,
                                  noise_before, step_quad, robust):
             return row, REDO_STEP, 0
-        # Uᵀ = Hw Σ⁻ (rows): one pass over Σ (rows_times_symmetric: four rows of Σ per pass over Hw)
-        rows_times_symmetric(cov, H[:m], Ut[:m], zero)
-        if dynamic:
-            for r in range(m):
-                for j in range(P):
-                    Ut[r, j] = g2 * Ut[r, j] + q * H[r, j]
+        if predictive:  # Uᵀ = A (J Σ⁻) = Hw Σ⁻, each row block by the whitening of its row
+            for i in range(nb):
+                weight = robust[i] if weight_kind > 0 else (w[row + i] if has_weights else 1.0)
+                whiten_rows(likelihood, F[i], Y[row + i], Ut[i * C:(i + 1) * C], scale, weight, ew_spare, tiny, pj,
+                            step_quad[i])
+        else:  # Uᵀ = Hw Σ⁻ (rows): one pass over Σ (rows_times_symmetric: four rows of Σ per pass over Hw)
+            rows_times_symmetric(cov_src, H[:m], Ut[:m], zero)
+            if dynamic:
+                for r in range(m):
+                    for j in range(P):
+                        Ut[r, j] = g2 * Ut[r, j] + q * H[r, j]
         # S = I + Hw U
         trace = 0.0
         for r in range(m):
@@ -134,18 +165,23 @@ def full_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, mean, cov, li
                 s += Vt[r, j] * z[r]
                 vv += Vt[r, j] * Vt[r, j]
             gain[j] = predicted[j] + s
-            if not g2 * cov[j, j] + q - vv > 0.0:
+            if not g2 * cov_src[j, j] + q - vv > 0.0:
                 ok = False
         if not (ok and all_finite(gain)):
             restore(noise, noise_before)
             return row, REDO_STEP, 0
-        # the write: Σ ← g² Σ + q I − V Vᵀ, μ ← μ'
+        # the write: Σ ← g² Σ + q I − V Vᵀ, μ ← μ' (from the source into the destination)
         for i in range(P):
             ci = cov[i]
             if dynamic:
+                si = cov_src[i]
                 for j in range(P):
-                    ci[j] *= g2
+                    ci[j] = si[j] * g2
                 ci[i] += q
+            elif not same:
+                si = cov_src[i]
+                for j in range(P):
+                    ci[j] = si[j]
             for r in range(m):
                 vri = Vt[r, i]
                 vr = Vt[r]
@@ -155,6 +191,9 @@ def full_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, mean, cov, li
             mean[j] = gain[j]
         for c in range(C):
             scale_out[c] = scale[c]
+        mean_src = mean  # later steps in place
+        cov_src = cov
+        same = True
         row += nb
     return row, DONE, 0
 

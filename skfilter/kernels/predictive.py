@@ -108,6 +108,20 @@ def predict_rows(X, shapes, offsets, codes, in_scale, in_shift, in_bound, mean, 
 
 
 @njit(cache=True, nogil=True)
+def predict_hypotheses(X, shapes, offsets, codes, in_scale, in_shift, in_bound, means, kind, firsts, seconds, f_out,
+                       var_out, limit, centred):
+    """:func:`predict_rows` for each belief of a stack (a run-length mixture's ``K`` hypotheses):
+    ``means (K, P)``, ``firsts``/``seconds`` the stacked arrays of each kind (``(K, ·)``; for
+    :data:`DIAGONAL` ``seconds`` is unused, ``(K, 0, 0)``), into ``f_out[k]`` and ``var_out[k]``
+    ``(K, n, C)``. Returns False when any hypothesis' LoFi ``M`` is stiff (nothing usable)."""
+    for k in range(means.shape[0]):
+        if not predict_rows(X, shapes, offsets, codes, in_scale, in_shift, in_bound, means[k], kind, firsts[k],
+                            seconds[k], f_out[k], var_out[k], limit, centred):
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
 def probit_rows(X, shapes, offsets, codes, in_scale, in_shift, in_bound, mean, kind, first, second, f_out, var_out,
                 limit, proba_out):
     """The probit approximation of the linearised predictive's class probabilities ``proba (n, K)``

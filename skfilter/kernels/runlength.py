@@ -1,0 +1,439 @@
+"""Run-length filtering (BOCD, RL[K]-PR) over LoFi, the VD/FD-EKF and the full EKF, many rows per compiled call (numba).
+
+The step of :func:`skfilter.runlength.runlength_step` with ``reset='prior'`` (thesis Alg. 8,
+eqs. 3.46–3.53; the corrected line 13) for one row per step, over a compiled filter step:
+
+1. candidates: each of the ``K`` kept hypotheses moved by the base's dynamics (``g``, ``q``) and
+   one changepoint candidate from the prior belief (no dynamics) with the noise state of the most
+   probable hypothesis;
+2. each candidate learns the row (:func:`~skfilter.kernels.lofi.lofi_rows`, the diagonal or the
+   full kernel; with the base's robust weighting, WoLF, as there), recording its prior predictive
+   ``f``, ``J Σ⁻ Jᵀ`` and noise;
+3. its log predictive density of the row (:func:`log_predictive_row`: the likelihoods'
+   ``log_predictive``; under a robust weighting with ``R / W²`` when the evidence is weighted),
+   times the row's sample weight;
+4. log joints ``ℓ_k + log ν(k) + log(1 − H)`` and ``ℓ₀ + log H``; their log-sum-exp is the row's
+   evidence; the ``K`` largest (ties: the longer run) are kept (:func:`keep_order`) and renormalised.
+
+**No belief is copied per step.** Beliefs live in a pool of ``2K + 1`` slots. The kept hypotheses
+are a list of slot indices; each candidate reads its source slot (or the prior) and writes a free
+slot, and the kept candidates' slots become the new list. A step the LoFi kernel cannot finish
+(stiff, non-finite, logits past the bound) stops the call before anything of that row is kept: the
+slots of the kept hypotheses are never written, and the caller redoes the row on the torch engine.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from .linalg import cholesky_into, solve_lower
+from .observations import robust_step_weights
+from .diagonal import diagonal_rows
+from .full import full_rows_from
+from .lofi import DONE, REDO_STEP, lofi_rows
+
+#: likelihood codes (:data:`~skfilter.kernels.observations.LIKELIHOOD_CODES`)
+_GAUSSIAN, _BERNOULLI = 0, 1
+
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+@njit(cache=True, nogil=True)
+def _probit_log_probability(likelihood, f, quad, y, tiny):
+    """``log p(y)`` of a classification row under the probit predictive: one logit
+    ``p₁ = σ(f / √(1 + π v / 8))`` with ``v = quad[0, 0]``; ``C`` logits the softmax of
+    ``f_c / √(1 + π v_c / 8)`` with the shift-free variances ``v_c = C/(C − 1) [Π Q Π]_cc``
+    (:func:`~skfilter.likelihoods.shift_free_logit_variance`); ``y`` the class index (one logit) or
+    the one-hot row. Probabilities floored at ``tiny`` as :meth:`Likelihood.log_predictive`."""
+    C = f.shape[0]
+    if C == 1:
+        z = f[0] / math.sqrt(1.0 + (math.pi / 8.0) * quad[0, 0])
+        p1 = 1.0 / (1.0 + math.exp(-z))
+        p = p1 if y[0] > 0.5 else 1.0 - p1
+        return math.log(max(p, tiny))
+    mean_all = 0.0
+    rows = np.empty(C, dtype=f.dtype)
+    for c in range(C):
+        s = 0.0
+        for c2 in range(C):
+            s += quad[c, c2]
+        rows[c] = s / C
+        mean_all += rows[c]
+    mean_all /= C
+    z = np.empty(C, dtype=f.dtype)
+    zmax = -np.inf
+    for c in range(C):
+        v = quad[c, c] - 2.0 * rows[c] + mean_all
+        v = max(v, 0.0) * (C / (C - 1.0))
+        z[c] = f[c] / math.sqrt(1.0 + (math.pi / 8.0) * v)
+        zmax = max(zmax, z[c])
+    total = 0.0
+    for c in range(C):
+        z[c] = math.exp(z[c] - zmax)
+        total += z[c]
+    p = 0.0
+    for c in range(C):
+        p += z[c] / total * y[c]
+    return math.log(max(p, tiny))
+
+
+@njit(cache=True, nogil=True)
+def log_predictive_row(likelihood, f, quad, noise, y, tiny, inflate):
+    """``log p(y | D)`` of one row under a candidate's linearised prior predictive
+    (:meth:`skfilter.likelihoods.Likelihood.log_predictive`): Gaussian ``log N(y; f, J Σ⁻ Jᵀ + diag(r))``
+    (thesis eq. 3.51; ``noise`` the variances ``r`` before the step; with a robust weight ``W`` the
+    weighted likelihood's ``R / W²``: ``R`` plus ``inflate = 1/W² − 1`` times ``R``), the
+    classifiers' probit probability of the observed class (:func:`_probit_log_probability`).
+    Returns NaN when the Gaussian predictive covariance is not positive definite."""
+    C = f.shape[0]
+    if likelihood != _GAUSSIAN:
+        return _probit_log_probability(likelihood, f, quad, y, tiny)
+    if C == 1:
+        v = quad[0, 0] + noise[0]
+        if inflate != 0.0:
+            v += noise[0] * inflate
+        v = max(v, tiny)
+        e = y[0] - f[0]
+        return -0.5 * (e * e / v + math.log(v) + _LOG_2PI)
+    S = np.empty((C, C), dtype=f.dtype)
+    for a in range(C):
+        for b in range(C):
+            S[a, b] = quad[a, b]
+        S[a, a] += noise[a]
+        if inflate != 0.0:
+            S[a, a] += noise[a] * inflate
+    Lc = np.empty((C, C), dtype=f.dtype)
+    if not cholesky_into(S, Lc):
+        return np.nan
+    z = np.empty(C, dtype=f.dtype)
+    for c in range(C):
+        z[c] = y[c] - f[c]
+    solve_lower(Lc, z)
+    out = 0.0
+    for c in range(C):
+        out += z[c] * z[c] + 2.0 * math.log(Lc[c, c])
+    return -0.5 * (out + C * _LOG_2PI)
+
+
+@njit(cache=True, nogil=True)
+def logsumexp(x, n):
+    """``log Σ_{i<n} exp(x_i)`` (shifted by the largest; ``−∞`` when all are)."""
+    m = -np.inf
+    for i in range(n):
+        if x[i] > m:
+            m = x[i]
+    if m == -np.inf:
+        return m
+    s = 0.0
+    for i in range(n):
+        s += math.exp(x[i] - m)
+    return m + math.log(s)
+
+
+@njit(cache=True, nogil=True)
+def keep_order(log_post, run_lengths, n, n_keep, out):
+    """Indices of the kept candidates among the first ``n`` into ``out``, in decreasing weight (ties:
+    the longer run first), finite weights only, at most ``n_keep`` (``< 0``: all) — the order of
+    :func:`skfilter.runlength._keep`. Returns their count."""
+    count = 0
+    for i in range(n):
+        if not np.isfinite(log_post[i]):
+            continue
+        # insertion into the sorted prefix
+        j = count
+        while j > 0:
+            prev = out[j - 1]
+            if log_post[prev] > log_post[i] or (log_post[prev] == log_post[i] and run_lengths[prev] >= run_lengths[i]):
+                break
+            out[j] = prev
+            j -= 1
+        out[j] = i
+        count += 1
+    if 0 <= n_keep < count:
+        count = n_keep
+    return count
+
+
+@njit(cache=True, nogil=True)
+def _free_slots(slots, K, used, dest):
+    """The first ``K + 1`` pool slots not among the ``K`` kept hypotheses' ``slots`` into ``dest``."""
+    for s in range(used.shape[0]):
+        used[s] = False
+    for k in range(K):
+        used[slots[k]] = True
+    j = 0
+    for s in range(used.shape[0]):
+        if j > K:
+            break
+        if not used[s]:
+            dest[j] = s
+            j += 1
+
+
+@njit(cache=True, nogil=True)
+def _most_probable(log_weights, K):
+    """Index of the largest of the ``K`` log weights (the first on ties)."""
+    best = 0
+    for k in range(1, K):
+        if log_weights[k] > log_weights[best]:
+            best = k
+    return best
+
+
+@njit(cache=True, nogil=True)
+def _weigh_and_keep(likelihood, cand_f, cand_quad, cand_noise, y1, w1, has_weights, K, dest, slots, log_weights,
+                    run_lengths, counts, n_keep, log_h, log_s, tiny, record, row, rec_f, rec_quad, rec_noise,
+                    rec_weights, evidence, log_joint, cand_runs, order, new_slots, new_logw, new_runs, weight_kind,
+                    weight_c, weighted_evidence, w2):
+    """Steps 3–4 of a row (module docstring) once its ``K + 1`` candidates have learned it into the
+    slots ``dest``: their log predictive densities (times the row's weight ``w1[0]``; with a robust
+    weighting and ``weighted_evidence``, under ``R / W²``, ``W`` each candidate's robust weight from
+    its prior predictive, :func:`~skfilter.kernels.observations.robust_step_weights`), the joints, the
+    row's evidence, the ``K`` most probable kept (``slots``, ``log_weights``, ``run_lengths``,
+    ``counts[0]`` rewritten), and with ``record`` the row's candidates into ``rec_*[row]``. Returns
+    False (nothing changed) when a density is not finite or no candidate is left."""
+    C = y1.shape[1]
+    K_max = slots.shape[0]
+    for k in range(K + 1):
+        inflate = 0.0
+        if weighted_evidence and weight_kind > 0:
+            if not robust_step_weights(weight_kind, weight_c, cand_f[k], y1, w1, False, cand_noise[k, 0], cand_quad[k],
+                                       w2):
+                return False
+            inflate = 1.0 / max(w2[0], tiny) - 1.0
+        lp = log_predictive_row(likelihood, cand_f[k, 0], cand_quad[k, 0], cand_noise[k, 0], y1[0], tiny, inflate)
+        if has_weights:
+            lp = lp * w1[0]
+        if not np.isfinite(lp):
+            return False
+        if k < K:
+            log_joint[k] = lp + log_weights[k] + log_s
+            cand_runs[k] = run_lengths[k] + 1
+        else:
+            log_joint[k] = lp + log_h
+            cand_runs[k] = 0
+    step_evidence = logsumexp(log_joint, K + 1)
+    for k in range(K + 1):
+        log_joint[k] -= step_evidence
+    kept = keep_order(log_joint, cand_runs, K + 1, n_keep, order)
+    if kept == 0:
+        return False
+    if record:
+        for k in range(K_max + 1):
+            src = k if k <= K else K
+            for c in range(C):
+                rec_f[row, k, c] = cand_f[src, 0, c]
+                rec_noise[row, k, c] = cand_noise[src, 0, c]
+                for c2 in range(C):
+                    rec_quad[row, k, c, c2] = cand_quad[src, 0, c, c2]
+            rec_weights[row, k] = math.exp(log_weights[k]) if k < K else 0.0
+    for i in range(kept):
+        new_logw[i] = log_joint[order[i]]
+        new_slots[i] = dest[order[i]]
+        new_runs[i] = cand_runs[order[i]]
+    norm = logsumexp(new_logw, kept)
+    for i in range(kept):
+        slots[i] = new_slots[i]
+        log_weights[i] = new_logw[i] - norm
+        run_lengths[i] = new_runs[i]
+    counts[0] = kept
+    evidence[0] += step_evidence
+    evidence[1] = math.exp(log_joint[K])
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _bookkeeping_buffers(K_max, S, C, D, dt, xdt, ydt, wdt):
+    """The per-call work arrays of a run-length kernel (the row, the candidates' records, the
+    bookkeeping of :func:`_weigh_and_keep`)."""
+    return (np.empty((1, D), dtype=xdt), np.empty((1, C), dtype=ydt), np.ones(1, dtype=wdt),
+            np.empty((K_max + 1, 1, C), dtype=dt), np.empty((K_max + 1, 1, C, C), dtype=dt),
+            np.empty((K_max + 1, 1, C), dtype=dt), np.empty(K_max + 1, dtype=np.int64), np.zeros(S, dtype=np.bool_),
+            np.empty(K_max + 1, dtype=np.float64), np.empty(K_max + 1, dtype=np.int64),
+            np.empty(K_max + 1, dtype=np.int64), np.empty(K_max, dtype=np.int64), np.empty(K_max, dtype=np.float64),
+            np.empty(K_max, dtype=np.int64), np.empty(1, dtype=dt))
+
+
+@njit(cache=True, nogil=True)
+def _load_row(X, Y, w, has_weights, row, x1, y1, w1):
+    for d in range(X.shape[1]):
+        x1[0, d] = X[row, d]
+    for c in range(Y.shape[1]):
+        y1[0, c] = Y[row, c]
+    if has_weights:
+        w1[0] = w[row]
+
+
+@njit(cache=True, nogil=True)
+def _begin_row(X, Y, w, has_weights, row, x1, y1, w1, slots, counts, used, dest, log_weights):
+    """A row's start: the row into ``x1``, ``y1``, ``w1``, the ``K + 1`` free slots into ``dest``;
+    returns ``K`` and the most probable hypothesis (whose noise the changepoint candidate takes)."""
+    K = counts[0]
+    _load_row(X, Y, w, has_weights, row, x1, y1, w1)
+    _free_slots(slots, K, used, dest)
+    return K, _most_probable(log_weights, K)
+
+
+@njit(cache=True, nogil=True)
+def lofi_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, in_scale, in_shift, in_bound,
+                        pool_means, pool_diags, pool_factors, pool_etas, pool_m0s, pool_noises, pool_scales,
+                        prior_mean, prior_diag, prior_W, prior_eta, prior_m0,
+                        slots, log_weights, run_lengths, counts, n_keep, log_h, log_s,
+                        likelihood, noise_params, adaptive, max_abs, g, q, limit, tiny,
+                        record, rec_f, rec_quad, rec_noise, rec_weights, evidence, weight_kind, weight_c,
+                        weighted_evidence):
+    """Filter the rows of ``X (n, D)``, ``Y (n, C)`` one per step by RL[K]-PR over LoFi (module
+    docstring), in place on the pool and the hypotheses' bookkeeping.
+
+    The pool: ``pool_means (S, 1, P)``, ``pool_diags (S, 1, P)``, ``pool_factors (S, 1, L, P)``
+    (``Wᵀ``), ``pool_etas (S, E)``, ``pool_m0s (S, P)``, ``pool_noises (S, C + 1)`` (Gaussian
+    ``[r, Σw]``), ``pool_scales (S, C)``, ``S ≥ 2 K_max + 1``; the prior belief ``prior_*`` (the
+    changepoint candidate's source). The ``counts[0]`` kept hypotheses: slots ``slots``, normalised
+    ``log_weights``, ``run_lengths`` (arrays of length ``K_max``, most probable first).
+    ``n_keep``: ``K``. ``log_h``, ``log_s``: ``log H``, ``log(1 − H)``. With ``record``: each row's
+    candidates' ``f``, ``J Σ⁻ Jᵀ``, noise variances and mixture weights (before the row; 0 for the
+    changepoint candidate and for unused entries) into ``rec_f (n, K_max + 1, C)``, ``rec_quad``,
+    ``rec_noise``, ``rec_weights (n, K_max + 1)``. ``evidence``: ``[Σ log p(y_t | D), changepoint
+    probability of the last row]``, updated per row.
+
+    Returns ``(rows_done, status)``: :data:`DONE`, or :data:`REDO_STEP` when the row ``rows_done``
+    must be done by the torch engine (the kept hypotheses untouched).
+    """
+    n, D = X.shape
+    C = Y.shape[1]
+    K_max = slots.shape[0]
+    (x1, y1, w1, cand_f, cand_quad, cand_noise, dest, used, log_joint, cand_runs, order, new_slots, new_logw,
+     new_runs, w2) = _bookkeeping_buffers(K_max, pool_means.shape[0], C, D, pool_means.dtype, X.dtype, Y.dtype,
+                                          w.dtype)
+    for row in range(n):
+        K, best = _begin_row(X, Y, w, has_weights, row, x1, y1, w1, slots, counts, used, dest, log_weights)
+        for k in range(K + 1):  # every candidate learns the row into its own free slot
+            d = dest[k]
+            if k < K:
+                src = slots[k]
+                pool_noises[d, :] = pool_noises[src, :]
+                pool_etas[d, :] = pool_etas[src, :]
+                pool_m0s[d, :] = pool_m0s[src, :]
+                done, status, cur = lofi_rows(x1, y1, w1, has_weights, 1, shapes, offsets, codes, in_scale, in_shift,
+                                              in_bound, pool_means[src, 0], pool_diags[src, 0], pool_factors[src, 0],
+                                              pool_means[d], pool_diags[d], pool_factors[d], -1, likelihood,
+                                              pool_noises[d], noise_params, adaptive, max_abs, weight_kind, weight_c, g, q,
+                                              pool_etas[d], pool_m0s[d], True, cand_f[k], cand_quad[k], cand_noise[k],
+                                              limit, tiny, pool_scales[d])
+            else:  # the changepoint candidate: the prior, the most probable hypothesis' noise, no dynamics
+                pool_noises[d, :] = pool_noises[slots[best], :]
+                pool_etas[d, :] = prior_eta
+                pool_m0s[d, :] = prior_m0
+                done, status, cur = lofi_rows(x1, y1, w1, has_weights, 1, shapes, offsets, codes, in_scale, in_shift,
+                                              in_bound, prior_mean, prior_diag, prior_W,
+                                              pool_means[d], pool_diags[d], pool_factors[d], -1, likelihood,
+                                              pool_noises[d], noise_params, adaptive, max_abs, weight_kind, weight_c, 1.0, 0.0,
+                                              pool_etas[d], pool_m0s[d], True, cand_f[k], cand_quad[k], cand_noise[k],
+                                              limit, tiny, pool_scales[d])
+            if status != DONE:
+                return row, REDO_STEP
+        if not _weigh_and_keep(likelihood, cand_f, cand_quad, cand_noise, y1, w1, has_weights, K, dest, slots,
+                               log_weights, run_lengths, counts, n_keep, log_h, log_s, tiny, record, row, rec_f,
+                               rec_quad, rec_noise, rec_weights, evidence, log_joint, cand_runs, order, new_slots,
+                               new_logw, new_runs, weight_kind, weight_c, weighted_evidence, w2):
+            return row, REDO_STEP
+    return n, DONE
+
+
+@njit(cache=True, nogil=True)
+def full_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_means, pool_covs, pool_noises, pool_scales,
+                        prior_mean, prior_cov, slots, log_weights, run_lengths, counts, n_keep, log_h, log_s,
+                        likelihood, noise_params, adaptive, max_abs, g, q, limit, tiny,
+                        record, rec_f, rec_quad, rec_noise, rec_weights, evidence, weight_kind, weight_c,
+                        weighted_evidence):
+    """:func:`lofi_runlength_rows` over the full-covariance EKF
+    (:func:`~skfilter.kernels.full.full_rows_from`: each candidate reads its hypothesis' ``Σ`` and
+    writes a free slot's in the step's own passes): the pool ``pool_means (S, P)``,
+    ``pool_covs (S, P, P)``, the prior ``prior_mean``, ``prior_cov``; rows already as the model's
+    first layer takes them (no input map)."""
+    n, D = X.shape
+    C = Y.shape[1]
+    K_max = slots.shape[0]
+    (x1, y1, w1, cand_f, cand_quad, cand_noise, dest, used, log_joint, cand_runs, order, new_slots, new_logw,
+     new_runs, w2) = _bookkeeping_buffers(K_max, pool_means.shape[0], C, D, pool_means.dtype, X.dtype, Y.dtype,
+                                          w.dtype)
+    for row in range(n):
+        K, best = _begin_row(X, Y, w, has_weights, row, x1, y1, w1, slots, counts, used, dest, log_weights)
+        for k in range(K + 1):
+            d = dest[k]
+            if k < K:
+                src = slots[k]
+                pool_noises[d, :] = pool_noises[src, :]
+                done, status, cur = full_rows_from(x1, y1, w1, has_weights, 1, shapes, offsets, codes, pool_means[src],
+                                                   pool_covs[src], pool_means[d], pool_covs[d], False, likelihood,
+                                                   pool_noises[d], noise_params, adaptive, max_abs, weight_kind, weight_c, g, q, True,
+                                                   cand_f[k], cand_quad[k], cand_noise[k], limit, tiny, pool_scales[d])
+            else:
+                pool_noises[d, :] = pool_noises[slots[best], :]
+                done, status, cur = full_rows_from(x1, y1, w1, has_weights, 1, shapes, offsets, codes, prior_mean,
+                                                   prior_cov, pool_means[d], pool_covs[d], False, likelihood,
+                                                   pool_noises[d], noise_params, adaptive, max_abs, weight_kind, weight_c, 1.0, 0.0,
+                                                   True, cand_f[k], cand_quad[k], cand_noise[k], limit, tiny,
+                                                   pool_scales[d])
+            if status != DONE:
+                return row, REDO_STEP
+        if not _weigh_and_keep(likelihood, cand_f, cand_quad, cand_noise, y1, w1, has_weights, K, dest, slots,
+                               log_weights, run_lengths, counts, n_keep, log_h, log_s, tiny, record, row, rec_f,
+                               rec_quad, rec_noise, rec_weights, evidence, log_joint, cand_runs, order, new_slots,
+                               new_logw, new_runs, weight_kind, weight_c, weighted_evidence, w2):
+            return row, REDO_STEP
+    return n, DONE
+
+
+@njit(cache=True, nogil=True)
+def diagonal_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_means, pool_vars, pool_noises,
+                            pool_scales, prior_mean, prior_var, fd, exact_mean, slots, log_weights, run_lengths, counts,
+                            n_keep, log_h, log_s, likelihood, noise_params, adaptive, max_abs, g, q, limit, tiny,
+                            record, rec_f, rec_quad, rec_noise, rec_weights, evidence, weight_kind, weight_c,
+                            weighted_evidence):
+    """:func:`lofi_runlength_rows` over the VD/FD-EKF (:func:`~skfilter.kernels.diagonal.diagonal_rows`):
+    the pool ``pool_means (S, 2, P)``, ``pool_vars (S, 2, P)`` with each belief in its slot's first
+    half (a candidate copies its source there, ``2P`` numbers, and its step writes the second half,
+    moved back after the row); rows already as the model's first layer takes them."""
+    n, D = X.shape
+    C = Y.shape[1]
+    P = pool_means.shape[2]
+    K_max = slots.shape[0]
+    (x1, y1, w1, cand_f, cand_quad, cand_noise, dest, used, log_joint, cand_runs, order, new_slots, new_logw,
+     new_runs, w2) = _bookkeeping_buffers(K_max, pool_means.shape[0], C, D, pool_means.dtype, X.dtype, Y.dtype,
+                                          w.dtype)
+    for row in range(n):
+        K, best = _begin_row(X, Y, w, has_weights, row, x1, y1, w1, slots, counts, used, dest, log_weights)
+        for k in range(K + 1):
+            d = dest[k]
+            if k < K:
+                src = slots[k]
+                pool_noises[d, :] = pool_noises[src, :]
+                for j in range(P):
+                    pool_means[d, 0, j] = pool_means[src, 0, j]
+                    pool_vars[d, 0, j] = pool_vars[src, 0, j]
+                gk, qk = g, q
+            else:
+                pool_noises[d, :] = pool_noises[slots[best], :]
+                for j in range(P):
+                    pool_means[d, 0, j] = prior_mean[j]
+                    pool_vars[d, 0, j] = prior_var[j]
+                gk, qk = 1.0, 0.0
+            done, status, cur = diagonal_rows(x1, y1, w1, has_weights, 1, shapes, offsets, codes, pool_means[d],
+                                              pool_vars[d], 0, fd, exact_mean, likelihood, pool_noises[d], noise_params,
+                                              adaptive, max_abs, weight_kind, weight_c, gk, qk, True, cand_f[k],
+                                              cand_quad[k], cand_noise[k], limit, tiny, pool_scales[d])
+            if status != DONE:
+                return row, REDO_STEP
+            for j in range(P):
+                pool_means[d, 0, j] = pool_means[d, 1, j]
+                pool_vars[d, 0, j] = pool_vars[d, 1, j]
+        if not _weigh_and_keep(likelihood, cand_f, cand_quad, cand_noise, y1, w1, has_weights, K, dest, slots,
+                               log_weights, run_lengths, counts, n_keep, log_h, log_s, tiny, record, row, rec_f,
+                               rec_quad, rec_noise, rec_weights, evidence, log_joint, cand_runs, order, new_slots,
+                               new_logw, new_runs, weight_kind, weight_c, weighted_evidence, w2):
+            return row, REDO_STEP
+    return n, DONE

@@ -1,0 +1,267 @@
+"""The compiled run-length step (RL[K]-PR over LoFi, skfilter.kernels.runlength) against the torch engine.
+
+Every configuration the kernel serves is fitted twice — compiled and with ``compiled_kernels(False)``
+(the engine's :func:`skfilter.runlength.runlength_step` per row) — and the run lengths, their
+weights, the beliefs, the noise states, the log evidence and the one-step-ahead predictions must
+agree to rounding. Where a test requires the kernel to have served every row, the engine's
+run-length step is patched to fail. Rows the kernel hands back (stiff rows, failures) and interrupts
+must leave exactly the state the engine leaves.
+"""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from skfilter import (BOCDClassifier, BOCDRegressor, EKFClassifier, EKFRegressor, LoFiClassifier, LoFiRegressor,
+                      WoLFRegressor, runlength, stepping)
+from skfilter.exceptions import FilterStepError
+from skfilter.kernels import AVAILABLE, compiled_kernels
+from skfilter.kernels.runlength import keep_order
+
+pytestmark = pytest.mark.skipif(not AVAILABLE, reason="numba is not installed: no compiled kernels")
+
+
+def _stream(kind, n=70, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 3))
+    if kind == "regression":
+        y = np.sin(X[:, 0]) + 0.5 * X[:, 1] + 0.1 * rng.normal(size=n)
+        y[n // 2:] += 3.0  # a changepoint
+        return X, y
+    classes = {"binary": 2, "multiclass": 3}[kind]
+    score = X[:, 0] + 0.5 * X[:, 1]
+    score[n // 2:] *= -1.0  # the relation flips
+    return X, np.digitize(score, np.linspace(-0.8, 0.8, classes - 1))
+
+
+def _close(a, b, rtol=1e-10):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol * max(1.0, float(np.abs(b).max()) if b.size else 1.0))
+
+
+def _assert_same_mixture(a, b, rtol=1e-10):
+    ra, rb = a.runlength_state_, b.runlength_state_
+    assert ra.run_lengths.tolist() == rb.run_lengths.tolist()
+    assert ra.filter.n_seen == rb.filter.n_seen
+    assert ra.filter.log_weights.dtype == rb.filter.log_weights.dtype
+    _close(ra.filter.log_weights.exp(), rb.filter.log_weights.exp(), rtol)
+    for name in rb.filter.belief._fields:
+        x, y = getattr(ra.filter.belief, name), getattr(rb.filter.belief, name)
+        if not isinstance(y, torch.Tensor):
+            assert x == y, name
+            continue
+        assert x.shape == y.shape and x.dtype == y.dtype, name
+        if name == "low_rank":  # rows are defined up to sign: compare W Wᵀ
+            x, y = x.transpose(-1, -2) @ x, y.transpose(-1, -2) @ y
+        _close(x, y, rtol)
+    if rb.filter.noise is not None:
+        for key in rb.filter.noise:
+            assert ra.filter.noise[key].shape == rb.filter.noise[key].shape, key
+            _close(ra.filter.noise[key], rb.filter.noise[key], rtol)
+    assert abs(ra.log_evidence - rb.log_evidence) <= rtol * max(1.0, abs(rb.log_evidence))
+    assert abs(ra.changepoint_probability - rb.changepoint_probability) <= rtol
+
+
+def _fit_both(make, X, y, prequential=True, **fit_kw):
+    """``(compiled, engine, compiled predictions, engine predictions)``; the compiled fit must not run
+    the engine's run-length step."""
+    method = {"method": "predict_proba"} if "classes" in fit_kw else {}
+    with compiled_kernels(False):
+        ref = make()
+        p_ref = ref.prequential_fit_predict(X, y, **method, **fit_kw) if prequential else ref.fit(X, y, **fit_kw)
+    used = AssertionError("the engine's run-length step ran")
+    with mock.patch.object(runlength, "runlength_step", side_effect=used):
+        est = make()
+        p = est.prequential_fit_predict(X, y, **method, **fit_kw) if prequential else est.fit(X, y, **fit_kw)
+    return est, ref, p, p_ref
+
+
+#: the base filters the compiled run-length step serves (LoFi, VD-/FD-EKF, full EKF), small networks
+BASES = {
+    "lofi": lambda cls, **kw: (LoFiRegressor if cls == "reg" else LoFiClassifier)(hidden_layer_sizes=(6,), rank=3,
+                                                                                  random_state=0, **kw),
+    "vd": lambda cls, **kw: (EKFRegressor if cls == "reg" else EKFClassifier)(hidden_layer_sizes=(6,), covariance="vd",
+                                                                              random_state=0, **kw),
+    "fd": lambda cls, **kw: (EKFRegressor if cls == "reg" else EKFClassifier)(hidden_layer_sizes=(6,), covariance="fd",
+                                                                              random_state=0, **kw),
+    "full": lambda cls, **kw: (EKFRegressor if cls == "reg" else EKFClassifier)(hidden_layer_sizes=(6,),
+                                                                                random_state=0, **kw),
+}
+
+REGRESSION = {
+    "fixed noise": dict(obs_variance=0.05),
+    "auto noise": dict(),
+    "adaptive noise": dict(obs_variance="adaptive"),
+    "robust noise": dict(obs_variance="robust"),
+    "decay and process noise": dict(decay=0.995, process_noise=1e-3),
+}
+
+
+@pytest.mark.parametrize("base, setting, K", [(b, s, 4) for b in BASES for s in REGRESSION]
+                         + [(b, "auto noise", 1) for b in BASES])
+def test_regression_on_the_kernel_equals_the_engine(base, setting, K):
+    X, y = _stream("regression")
+    make = lambda: BOCDRegressor(BASES[base]("reg", **REGRESSION[setting]), n_hypotheses=K,  # noqa: E731
+                                 hazard=0.05)
+    est, ref, p, p_ref = _fit_both(make, X, y)
+    _assert_same_mixture(est, ref)
+    _close(np.nan_to_num(p), np.nan_to_num(p_ref))
+    ma, sa = est.predict(X[:5], return_std=True)
+    mb, sb = ref.predict(X[:5], return_std=True)
+    _close(ma, mb)
+    _close(sa, sb)
+
+
+@pytest.mark.parametrize("likelihood", ["adf", "categorical"])
+@pytest.mark.parametrize("kind", ["binary", "multiclass"])
+@pytest.mark.parametrize("base", ["lofi", "vd", "full"])
+def test_classification_on_the_kernel_equals_the_engine(base, kind, likelihood):
+    X, y = _stream(kind)
+    make = lambda: BOCDClassifier(BASES[base]("clf", likelihood=likelihood, process_noise=1e-3),  # noqa: E731
+                                  n_hypotheses=3, hazard=0.05)
+    est, ref, p, p_ref = _fit_both(make, X, y, classes=np.unique(y))
+    _assert_same_mixture(est, ref)
+    _close(p, p_ref)
+    _close(est.predict_proba(X[:5]), ref.predict_proba(X[:5]))
+
+
+@pytest.mark.parametrize("base", list(BASES))
+def test_sample_weights_float32_and_multi_output(base):
+    X, y = _stream("regression")
+    w = np.random.default_rng(3).uniform(0.0, 2.0, size=len(y))
+    make = lambda: BOCDRegressor(BASES[base]("reg"), n_hypotheses=3, hazard=0.05)  # noqa: E731
+    est, ref, _, _ = _fit_both(make, X, y, prequential=False, sample_weight=w)
+    _assert_same_mixture(est, ref)
+    Y2 = np.column_stack([y, -0.5 * y + 0.1 * X[:, 2]])
+    est, ref, p, p_ref = _fit_both(make, X, Y2)
+    _assert_same_mixture(est, ref)
+    _close(np.nan_to_num(p), np.nan_to_num(p_ref))
+    make32 = lambda: BOCDRegressor(BASES[base]("reg", dtype="float32"), n_hypotheses=3, hazard=0.05)  # noqa: E731
+    est, ref, _, _ = _fit_both(make32, X, y, prequential=False)
+    assert est.runlength_state_.filter.belief.mean.dtype == torch.float32
+    _assert_same_mixture(est, ref, rtol=2e-4)
+
+
+@pytest.mark.parametrize("evidence", ["weighted", "plain"])
+@pytest.mark.parametrize("weighting", ["imq", "predictive-md"])
+@pytest.mark.parametrize("base", ["lofi", "vd", "full"])
+def test_bocd_over_wolf_on_the_kernel_equals_the_engine(base, weighting, evidence):
+    """BOCD over WoLF: the robust weights inside each candidate's step, and the evidence under
+    ``R / W²`` (``evidence='weighted'``) or ``R``, as on the engine; outliers do not open regimes."""
+    X, y = _stream("regression")
+    y[[12, 47]] += np.array([25.0, -40.0])  # outliers
+    make = lambda: BOCDRegressor(WoLFRegressor(BASES[base]("reg"), weighting=weighting),  # noqa: E731
+                                 n_hypotheses=3, hazard=0.05, evidence=evidence)
+    est, ref, p, p_ref = _fit_both(make, X, y)
+    _assert_same_mixture(est, ref)
+    _close(np.nan_to_num(p), np.nan_to_num(p_ref))
+
+
+@pytest.mark.parametrize("base", ["lofi", "full"])
+def test_one_row_calls_equal_one_call(base):
+    """Streams first: the mixture learned one row per call from row 0 is the one ``fit`` learns."""
+    X, y = _stream("regression", n=60)
+    make = lambda: BOCDRegressor(BASES[base]("reg"), n_hypotheses=4, hazard=0.05)  # noqa: E731
+    whole = make().fit(X, y)
+    rows = make()
+    for i in range(len(y)):
+        rows.partial_fit(X[i:i + 1], y[i:i + 1])
+    _assert_same_mixture(rows, whole, rtol=1e-9)
+
+
+def test_stiff_row_is_handed_to_the_engine():
+    """A row of 1e7 makes a candidate's update stiff: the kernel stops before that row, the engine's
+    run-length step does it (square-root forms where needed), and the kernel goes on after it."""
+    X, y = _stream("regression", n=50)
+    X[25] = 1e7
+    make = lambda: BOCDRegressor(LoFiRegressor(hidden_layer_sizes=(5,), rank=3, obs_variance=0.01,  # noqa: E731
+                                               prior_variance=1.0, random_state=0), n_hypotheses=3, hazard=0.05)
+    with compiled_kernels(False):
+        ref = make().fit(X, y)
+    steps = []
+    original = runlength.runlength_step
+
+    def counting(*args, **kwargs):
+        steps.append(1)
+        return original(*args, **kwargs)
+
+    before = stepping.handed_back()
+    with mock.patch.object(runlength, "runlength_step", counting):
+        est = make().fit(X, y)
+    assert 1 <= len(steps) < 25 and stepping.handed_back() > before  # not the 25 rows before it
+    _assert_same_mixture(est, ref, rtol=1e-8)
+
+
+def test_numerical_failure_keeps_the_last_good_mixture():
+    """Logits beyond the bound raise the engine's error, with the rows before kept as there."""
+    rng = np.random.default_rng(1)
+    X = 300.0 * rng.normal(size=(60, 4))
+    y = (X[:, 0] > 0).astype(int)
+    make = lambda: BOCDClassifier(LoFiClassifier(hidden_layer_sizes=(5,), rank=2, prior_variance=1e4,  # noqa: E731
+                                                 likelihood="categorical", random_state=0), n_hypotheses=3)
+    outcomes = []
+    for on in (False, True):
+        est = make()
+        with compiled_kernels(on):
+            with pytest.raises(FilterStepError) as info:
+                est.fit(X, y)
+        outcomes.append((est, str(info.value)))
+    (ref, msg_ref), (est, msg) = outcomes
+    assert msg == msg_ref
+    _assert_same_mixture(est, ref)
+
+
+def test_interrupt_between_kernel_calls_keeps_the_rows_learned():
+    X, y = _stream("regression", n=40)
+    make = lambda: BOCDRegressor(LoFiRegressor(hidden_layer_sizes=(5,), rank=2, obs_variance=0.1,  # noqa: E731
+                                               n_prior_rows=4, random_state=0), n_hypotheses=3, hazard=0.05)
+    est = make().fit(X[:4], y[:4])  # the prior's rows, then an interrupted call
+    original = stepping.lofi_runlength_rows
+    calls = [0]
+
+    def interrupted(*args):
+        calls[0] += 1
+        if calls[0] == 3:
+            raise KeyboardInterrupt
+        return original(*args)
+
+    with mock.patch.object(stepping, "CHUNK_ROWS", 8), mock.patch.object(stepping, "lofi_runlength_rows", interrupted):
+        with pytest.raises(KeyboardInterrupt):
+            est.partial_fit(X[4:], y[4:])
+    assert est.n_samples_seen_ == 4 + 16
+    ref = make().fit(X[:4], y[:4]).partial_fit(X[4:20], y[4:20])
+    _assert_same_mixture(est, ref)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: BOCDRegressor(LoFiRegressor(hidden_layer_sizes=(5,), rank=2), reset="ou", n_hypotheses=1),
+    lambda: BOCDRegressor(LoFiRegressor(hidden_layer_sizes=(5,), rank=2), n_hypotheses=None),
+    lambda: BOCDRegressor(LoFiRegressor(hidden_layer_sizes=(5,), rank=2, batch_size=2)),
+    lambda: BOCDRegressor(LoFiRegressor(hidden_layer_sizes=(5,), rank=2, variant="spherical")),
+], ids=["ou", "exact", "batches", "spherical"])
+def test_what_the_kernel_does_not_serve_runs_on_the_engine(make):
+    X, y = _stream("regression", n=30)
+    with mock.patch.object(stepping, "lofi_runlength_rows", side_effect=AssertionError("kernel used")):
+        est = make().fit(X, y)
+    assert est.n_samples_seen_ == 30
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from([-np.inf, -3.0, -1.0, -1.0, 0.0, -2.5]), min_size=1, max_size=9),
+       st.integers(0, 10), st.randoms(use_true_random=False))
+def test_keep_order_is_the_engines_choice(log_post, n_keep, rnd):
+    """The kernel keeps the same hypotheses in the same order as the engine's ``_keep``: finite
+    weights, decreasing, ties to the longer run, at most ``n_keep``."""
+    runs = list(range(len(log_post)))
+    rnd.shuffle(runs)
+    lp = np.array(log_post)
+    out = np.empty(len(lp), dtype=np.int64)
+    count = keep_order(lp, np.array(runs, dtype=np.int64), len(lp), n_keep, out)
+    expected = runlength._keep(torch.tensor(lp), torch.tensor(runs), n_keep)
+    assert out[:count].tolist() == expected.tolist()
