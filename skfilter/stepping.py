@@ -1070,8 +1070,8 @@ class RunLengthPlan:
                 plan.max_abs, plan.g, plan.q, common["limit"], common["tiny"], common["recording"], *rec, evidence,
                 plan.weight_kind, plan.weight_c, self.weighted_evidence)
         if isinstance(plan, LoFiPlan):
-            return lofi_runlength_rows(Xn, Yn, w, has_w, shapes, offsets, codes, *plan.map_args(Xn.dtype), *pool, noises,
-                                       scales, *prior, *tail)
+            return lofi_runlength_rows(Xn, Yn, w, has_w, shapes, offsets, codes, *plan.map_args(Xn.dtype), *pool,
+                                       noises, scales, *prior, *tail)
         if isinstance(plan, DiagonalPlan):
             structure = plan.structure
             return diagonal_runlength_rows(Xn, Yn, w, has_w, shapes, offsets, codes, *pool, noises, scales, *prior,

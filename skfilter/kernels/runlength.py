@@ -320,8 +320,9 @@ def lofi_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, in_scale, 
                 done, status, cur = lofi_rows(x1, y1, w1, has_weights, 1, shapes, offsets, codes, in_scale, in_shift,
                                               in_bound, pool_means[src, 0], pool_diags[src, 0], pool_factors[src, 0],
                                               pool_means[d], pool_diags[d], pool_factors[d], -1, likelihood,
-                                              pool_noises[d], noise_params, adaptive, max_abs, weight_kind, weight_c, g, q,
-                                              pool_etas[d], pool_m0s[d], True, cand_f[k], cand_quad[k], cand_noise[k],
+                                              pool_noises[d], noise_params, adaptive, max_abs, weight_kind, weight_c,
+                                              g, q, pool_etas[d], pool_m0s[d], True, cand_f[k], cand_quad[k],
+                                              cand_noise[k],
                                               limit, tiny, pool_scales[d])
             else:  # the changepoint candidate: the prior, the most probable hypothesis' noise, no dynamics
                 pool_noises[d, :] = pool_noises[slots[best], :]
@@ -330,8 +331,9 @@ def lofi_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, in_scale, 
                 done, status, cur = lofi_rows(x1, y1, w1, has_weights, 1, shapes, offsets, codes, in_scale, in_shift,
                                               in_bound, prior_mean, prior_diag, prior_W,
                                               pool_means[d], pool_diags[d], pool_factors[d], -1, likelihood,
-                                              pool_noises[d], noise_params, adaptive, max_abs, weight_kind, weight_c, 1.0, 0.0,
-                                              pool_etas[d], pool_m0s[d], True, cand_f[k], cand_quad[k], cand_noise[k],
+                                              pool_noises[d], noise_params, adaptive, max_abs, weight_kind, weight_c,
+                                              1.0, 0.0, pool_etas[d], pool_m0s[d], True, cand_f[k], cand_quad[k],
+                                              cand_noise[k],
                                               limit, tiny, pool_scales[d])
             if status != DONE:
                 return row, REDO_STEP
@@ -369,15 +371,16 @@ def full_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_means
                 pool_noises[d, :] = pool_noises[src, :]
                 done, status, cur = full_rows_from(x1, y1, w1, has_weights, 1, shapes, offsets, codes, pool_means[src],
                                                    pool_covs[src], pool_means[d], pool_covs[d], False, likelihood,
-                                                   pool_noises[d], noise_params, adaptive, max_abs, weight_kind, weight_c, g, q, True,
-                                                   cand_f[k], cand_quad[k], cand_noise[k], limit, tiny, pool_scales[d])
+                                                   pool_noises[d], noise_params, adaptive, max_abs, weight_kind,
+                                                   weight_c, g, q, True, cand_f[k], cand_quad[k], cand_noise[k],
+                                                   limit, tiny, pool_scales[d])
             else:
                 pool_noises[d, :] = pool_noises[slots[best], :]
                 done, status, cur = full_rows_from(x1, y1, w1, has_weights, 1, shapes, offsets, codes, prior_mean,
                                                    prior_cov, pool_means[d], pool_covs[d], False, likelihood,
-                                                   pool_noises[d], noise_params, adaptive, max_abs, weight_kind, weight_c, 1.0, 0.0,
-                                                   True, cand_f[k], cand_quad[k], cand_noise[k], limit, tiny,
-                                                   pool_scales[d])
+                                                   pool_noises[d], noise_params, adaptive, max_abs, weight_kind,
+                                                   weight_c, 1.0, 0.0, True, cand_f[k], cand_quad[k], cand_noise[k],
+                                                   limit, tiny, pool_scales[d])
             if status != DONE:
                 return row, REDO_STEP
         if not _weigh_and_keep(likelihood, cand_f, cand_quad, cand_noise, y1, w1, has_weights, K, dest, slots,
