@@ -10,10 +10,11 @@ decides, step by step, which one runs.
 :func:`run_filter` and :func:`filter_step` are the engine's functions with that dispatch in front:
 :func:`run_filter` offers a block of rows to :func:`run_compiled` first — when the filter qualifies
 (a single belief on the CPU in float64 or float32, the default MLP with its fused Jacobian, a
-Gaussian, Bernoulli, categorical or assumed-density categorical likelihood, no weighting stage or a
-built-in one under the Gaussian likelihood (WoLF), dynamics of a scalar decay and process noise, and
-a structure with a kernel: :mod:`skfilter.kernels.lofi`, :mod:`~skfilter.kernels.diagonal`,
-:mod:`~skfilter.kernels.full`) the whole step runs compiled over preallocated buffers, one call for
+Gaussian, Bernoulli, categorical, assumed-density or moment-matched categorical likelihood, no
+weighting stage or a built-in one under the Gaussian likelihood (WoLF), dynamics of a scalar decay
+and process noise (one per block for the factored covariance), and a structure with a kernel:
+:mod:`skfilter.kernels.lofi`, :mod:`~skfilter.kernels.diagonal`, :mod:`~skfilter.kernels.full`,
+:mod:`~skfilter.kernels.factored`) the whole step runs compiled over preallocated buffers, one call for
 thousands of rows; :func:`filter_step` offers one step of a stack of hypotheses (BOCD's run lengths)
 to :func:`step_compiled`; :func:`linearized_compiled` and :func:`forward_compiled` serve
 ``predict``. Anything else, and any step a kernel cannot finish (stiff rows that need the
@@ -52,15 +53,20 @@ from .exceptions import FilterStepError
 from .filtering import FilterState, StepOutput
 from .kernels import enabled
 from .kernels.diagonal import diagonal_hypotheses, diagonal_rows
+from .kernels.factored import (CHOLESKY, CHOLESKY_EXACT_NOISE, LOW_RANK, LOW_RANK_PLUS_NOISE, factored_hypotheses,
+                               factored_rows)
 from .kernels.full import full_hypotheses, full_rows
 from .kernels.lofi import DONE, lofi_hypotheses, lofi_rows
 from .kernels.mlp import mlp_program
 from .kernels.observations import LIKELIHOOD_CODES, WEIGHTING_CODES
 from .kernels.predictive import DIAGONAL, FULL, LOFI, forward_rows, predict_hypotheses, predict_rows, probit_rows
-from .kernels.runlength import diagonal_runlength_rows, full_runlength_rows, lofi_runlength_rows
-from .likelihoods import AssumedDensityCategorical, Bernoulli, Categorical, Gaussian, robust_variance_consistency
+from .kernels.runlength import (diagonal_runlength_rows, factored_runlength_rows, full_runlength_rows,
+                                lofi_runlength_rows)
+from .likelihoods import (AssumedDensityCategorical, Bernoulli, Categorical, Gaussian, MomentMatchedCategorical,
+                          robust_variance_consistency)
 from .models import MLPAdapter
-from .posteriors import DiagonalCovariance, FullCovariance, LowRankPrecision, stiffness_limit
+from .posteriors import (CholeskyFactor, DiagonalCovariance, FactoredCovariance, FullCovariance, LowRankPrecision,
+                         stiffness_limit)
 
 __all__ = ["run_filter", "filter_step", "run_compiled", "step_compiled", "linearized_compiled",
            "linearized_arrays_compiled", "probit_arrays_compiled", "forward_compiled", "handed_back", "plan_for",
@@ -84,6 +90,9 @@ FULL_KERNEL_MAX_PARAMS = 1500
 #: (measured, one thread: P = 7,510: kernel 0.70 ms/step, engine 0.79; P = 50,610: 5.1 and 5.3;
 #: P = 648,010: 117 and 87)
 LOFI_KERNEL_MAX_PARAMS = 100_000
+#: the factored-covariance kernel serves models up to this many parameters (its per-block products
+#: are those of the torch engine, whose per-step overhead no longer matters beyond)
+FACTORED_KERNEL_MAX_PARAMS = 100_000
 
 
 #: steps the kernels handed to the torch engine in this process (:func:`handed_back`):
@@ -287,12 +296,14 @@ def plan_for(parts, state, record, hypotheses=False):
     adapter, structure = parts.adapter, parts.structure
     if not _serves_adapter(adapter):
         return None
-    if type(parts.likelihood) not in (Gaussian, Bernoulli, Categorical, AssumedDensityCategorical):
+    if type(parts.likelihood) not in (Gaussian, Bernoulli, Categorical, AssumedDensityCategorical,
+                                      MomentMatchedCategorical):
         return None
     mean = state.belief.mean
     if mean.dim() != (2 if hypotheses else 1) or not mean.is_cpu or mean.dtype not in _DTYPES:
         return None
-    dyn = _dynamics_of(parts)
+    factored = type(structure) is FactoredCovariance
+    dyn = _factored_dynamics_of(parts, structure, mean) if factored else _dynamics_of(parts)
     if dyn is None:
         return None
     # one plan per adapter while its parts stay the same objects (a streaming loop calls this per row)
@@ -310,9 +321,28 @@ def plan_for(parts, state, record, hypotheses=False):
         plan = DiagonalPlan(parts, dyn)
     elif type(structure) is FullCovariance and mean.shape[-1] <= FULL_KERNEL_MAX_PARAMS:
         plan = FullPlan(parts, dyn)
+    elif factored and mean.shape[-1] <= FACTORED_KERNEL_MAX_PARAMS:
+        plan = FactoredPlan(parts, dyn, mean.shape[-1])
     if plan is not None:
         _PLANS[adapter] = (key, plan)
     return plan
+
+
+def _factored_dynamics_of(parts, structure, like):
+    """``(g, (q_1, …, q_n))`` of dynamics the factored kernel supports — a decay and a process noise
+    per block (:meth:`~skfilter.posteriors.FactoredCovariance.block_noise` of a float or a
+    per-parameter ``Q``, as the structure's transition takes it) — else None."""
+    dyn = parts.dynamics
+    n_blocks = len(structure.kinds)
+    if dyn.is_static:
+        return 1.0, (0.0,) * n_blocks
+    if dyn.reset or dyn.inflates or float(dyn.reversion) != 0.0:
+        return None
+    q = dyn.process_noise
+    if isinstance(q, torch.Tensor) and (q.dim() > 1 or q.dim() == 1 and q.shape[0] != like.shape[-1]):
+        return None
+    noise = structure.block_noise(q, like)
+    return float(dyn.decay), tuple(float(x) for x in noise.tolist())
 
 
 @functools.lru_cache(maxsize=None)
@@ -490,7 +520,9 @@ class KernelPlan(abc.ABC):
         if known is not None:
             return known
         lik = self.likelihood
-        if not isinstance(lik, Gaussian):
+        if isinstance(lik, MomentMatchedCategorical):  # its jitter (kernels.observations.whiten_rows)
+            out = np.array([lik.epsilon, 0.0, 0.0, 0.0, 0.0, 0.0], dtype=dtype), False
+        elif not isinstance(lik, Gaussian):
             out = np.zeros(6, dtype=dtype), False
         else:
             c = lik.robust_threshold or 0.0
@@ -1015,6 +1047,100 @@ class FullPlan(KernelPlan):
         return type(b)(torch.from_numpy(stacks[0]), torch.from_numpy(stacks[1]))
 
 
+class FactoredPlan(KernelPlan):
+    """LRKF, HiLoFi, LoLoFi (:class:`~skfilter.posteriors.FactoredCovariance`):
+    :func:`~skfilter.kernels.factored.factored_rows`. Every block's factor lies flat in one buffer
+    per slot (block ``b`` from ``fstarts[b]``), its parameters at ``positions[starts[b]:starts[b + 1]]``."""
+
+    def __init__(self, parts, dynamics, n_params):
+        g, q_blocks = dynamics
+        super().__init__(parts, (g, 0.0))
+        structure = parts.structure
+        positions = structure.block_positions(n_params)
+        self.positions = np.ascontiguousarray(torch.cat(positions).numpy(), dtype=np.int64)
+        sizes = [int(p.numel()) for p in positions]
+        self.starts = np.cumsum([0] + sizes).astype(np.int64)
+        self.ranks = np.array([D if isinstance(kind, CholeskyFactor) else kind.rank
+                               for kind, D in zip(structure.kinds, sizes)], dtype=np.int64)
+        self.shapes = [(int(r), D) for r, D in zip(self.ranks, sizes)]
+        self.fstarts = np.cumsum([0] + [r * D for r, D in self.shapes]).astype(np.int64)
+        self.kinds = np.array([(CHOLESKY_EXACT_NOISE if kind.exact_process_noise else CHOLESKY)
+                               if isinstance(kind, CholeskyFactor) else
+                               (LOW_RANK_PLUS_NOISE if kind.keep_process_noise else LOW_RANK)
+                               for kind in structure.kinds], dtype=np.int64)
+        #: per dtype: the process noise per block, the machine epsilon
+        self.block_noise = {np.dtype(t): np.array(q_blocks, dtype=t) for t in (np.float64, np.float32)}
+        self.eps = {np.dtype(t): float(np.finfo(t).eps) for t in (np.float64, np.float32)}
+
+    def flat_factors(self, factors, np_dtype, batch=()):
+        """The factors of a belief as one flat array per hypothesis (``batch + (F,)``)."""
+        out = np.empty(batch + (int(self.fstarts[-1]),), dtype=np_dtype)
+        for (r, D), start, B in zip(self.shapes, self.fstarts, factors):
+            out[..., start:start + r * D] = _numpy(B).reshape(*batch, r * D)
+        return out
+
+    def factor_views(self, flat, batch=()):
+        """The factors of a flat buffer (``batch + (F,)``) as arrays ``batch + (r_b, D_b)`` (views)."""
+        return [flat[..., s:s + r * D].reshape(*batch, r, D) for (r, D), s in zip(self.shapes, self.fstarts)]
+
+    def _factors(self, flat, final, batch=()):
+        """The factor tensors of a flat buffer (views with ``final`` and a small model, else copies)."""
+        return tuple(self._tensor(v, final) for v in self.factor_views(flat, batch))
+
+    def load(self, state, np_dtype):
+        b = state.belief
+        self.load_arrays((_numpy(b.mean), self.flat_factors(b.factors, np_dtype), _numpy(b.pending)), np_dtype)
+
+    def load_arrays(self, arrays, np_dtype, resumed=False):
+        mean, flat, pending = arrays
+        self.means = np.empty((2, mean.shape[0]), dtype=np_dtype)
+        self.factors = np.empty((2, flat.shape[0]), dtype=np_dtype)
+        self.pendings = np.empty((2, pending.shape[0]), dtype=np_dtype)
+        self.means[0], self.factors[0], self.pendings[0] = mean, flat, pending
+
+    def slot_arrays(self, slot):
+        return self.means[slot], self.factors[slot], self.pendings[slot]
+
+    def call(self, X, Y, w, has_w, batch_size, c):
+        shapes, offsets, codes = self.program
+        rf, rq, rn = c["rec"]
+        np_dtype = self.means.dtype
+        return factored_rows(X, Y, w, has_w, batch_size, shapes, offsets, codes, self.means, self.factors,
+                             self.pendings, 0, self.positions, self.starts, self.fstarts, self.ranks, self.kinds,
+                             self.code, c["noise"], c["params"], c["adaptive"], c.get("max_abs", self.max_abs),
+                             self.weight_kind, self.weight_c, self.g, self.block_noise[np_dtype], c["recording"], rf, rq, rn,
+                             c["limit"], self.eps[np_dtype], c["tiny"], c["scale"])
+
+    def settle(self, slot):
+        if slot != 0:
+            self.means[0], self.factors[0], self.pendings[0] = self.means[1], self.factors[1], self.pendings[1]
+        return 0
+
+    def belief(self, slot, template, n_steps, final=False):
+        return type(template)(self._tensor(self.means[slot], final), self._factors(self.factors[slot], final),
+                              self._tensor(self.pendings[slot], final))
+
+    def stack(self, b, np_dtype):
+        K = b.mean.shape[0]
+        return [np.array(_numpy(b.mean), dtype=np_dtype, order="C", copy=True), self.flat_factors(b.factors, np_dtype, (K,)),
+                np.array(_numpy(b.pending), dtype=np_dtype, order="C", copy=True)]
+
+    def call_hypotheses(self, X, Y, w, has_w, batch_size, stacks, c):
+        shapes, offsets, codes = self.program
+        rf, rq, rn = c["rec"]
+        np_dtype = stacks[0].dtype
+        return factored_hypotheses(X, Y, w, has_w, batch_size, shapes, offsets, codes, stacks[0], stacks[1], stacks[2],
+                                   self.positions, self.starts, self.fstarts, self.ranks, self.kinds, self.code,
+                                   c["noises"], c["params"], c["adaptive"], self.max_abs, self.g, self.block_noise[np_dtype],
+                                   rf, rq, rn, c["limit"], self.eps[np_dtype], c["tiny"], c["scales"])
+
+    def unstack(self, stacks, b):
+        K = stacks[0].shape[0]
+        self.n_params = stacks[0].shape[1]
+        return type(b)(torch.from_numpy(stacks[0]), self._factors(stacks[1], True, (K,)),
+                       torch.from_numpy(stacks[2]))
+
+
 # -- the dispatch ----------------------------------------------------------------------------------
 class RunLengthPlan:
     """RL[K]-PR (BOCD with ``reset='prior'``, ``K`` run lengths kept) over a compiled filter — LoFi,
@@ -1056,6 +1182,12 @@ class RunLengthPlan:
             pool = (np.empty((S, 2, P), dtype=np_dtype), np.empty((S, 2, P), dtype=np_dtype))
             pool[0][:K, 0], pool[1][:K, 0] = _numpy(b.mean), _numpy(b.var)
             prior = (pb.mean, pb.var)
+        elif isinstance(self.base, FactoredPlan):
+            flat = self.base.flat_factors(b.factors, np_dtype, (K,))
+            pool = (np.empty((S, 2, P), dtype=np_dtype), np.empty((S, 2, flat.shape[1]), dtype=np_dtype),
+                    np.empty((S, 2, b.pending.shape[-1]), dtype=np_dtype))
+            pool[0][:K, 0], pool[1][:K, 0], pool[2][:K, 0] = _numpy(b.mean), flat, _numpy(b.pending)
+            prior = (pb.mean, torch.from_numpy(self.base.flat_factors(pb.factors, np_dtype)), pb.pending)
         else:
             pool = (np.empty((S, P), dtype=np_dtype), np.empty((S, P, P), dtype=np_dtype))
             pool[0][:K], pool[1][:K] = _numpy(b.mean), _numpy(b.cov)
@@ -1066,9 +1198,15 @@ class RunLengthPlan:
     def _call(self, Xn, Yn, w, has_w, pool, prior, noises, scales, keep, common, rec, evidence):
         plan = self.base
         shapes, offsets, codes = plan.program
+        factored = isinstance(plan, FactoredPlan)
+        q = plan.block_noise[Xn.dtype] if factored else plan.q
         tail = (*keep, self.n_keep, self.log_h, self.log_s, plan.code, common["params"], common["adaptive"],
-                plan.max_abs, plan.g, plan.q, common["limit"], common["tiny"], common["recording"], *rec, evidence,
+                plan.max_abs, plan.g, q, common["limit"], common["tiny"], common["recording"], *rec, evidence,
                 plan.weight_kind, plan.weight_c, self.weighted_evidence)
+        if factored:
+            return factored_runlength_rows(Xn, Yn, w, has_w, shapes, offsets, codes, *pool, noises, scales, *prior,
+                                           plan.positions, plan.starts, plan.fstarts, plan.ranks, plan.kinds,
+                                           plan.eps[Xn.dtype], *tail)
         if isinstance(plan, LoFiPlan):
             return lofi_runlength_rows(Xn, Yn, w, has_w, shapes, offsets, codes, *plan.map_args(Xn.dtype), *pool,
                                        noises, scales, *prior, *tail)
@@ -1088,6 +1226,9 @@ class RunLengthPlan:
                            t(etas[idx]).reshape(k, *b.prior_precision.shape[1:]), t(m0s[idx]), b.n_steps + rows)
         if isinstance(self.base, DiagonalPlan):
             return type(b)(t(pool[0][idx, 0]), t(pool[1][idx, 0]))
+        if isinstance(self.base, FactoredPlan):
+            factors = tuple(t(np.ascontiguousarray(v)) for v in self.base.factor_views(pool[1][idx, 0], (k,)))
+            return type(b)(t(pool[0][idx, 0]), factors, t(pool[2][idx, 0]))
         return type(b)(t(pool[0][idx]), t(pool[1][idx]))
 
     def run(self, mixture, run_lengths, X, Y, sample_weight, recording):
@@ -1170,8 +1311,9 @@ def runlength_plan_for(parts, mixture, prior_belief, batch_size, *, hazard, n_hy
     if mixture.log_weights is None:
         return None
     plan = plan_for(parts, FilterState(prior_belief, None, 0), None)
-    if type(plan) not in (LoFiPlan, DiagonalPlan, FullPlan):
-        return None
+    if type(plan) not in (LoFiPlan, DiagonalPlan, FullPlan, FactoredPlan) \
+            or type(plan.likelihood) is MomentMatchedCategorical:
+        return None  # (the moment-matched likelihood's log predictive is its Gaussian's, not the probit)
     mean = mixture.belief.mean
     if mean.dim() != 2 or not mean.is_cpu or mean.dtype != prior_belief.mean.dtype:
         return None

@@ -97,7 +97,7 @@ def test_compiled_whitening_equals_torch(C):
         Hw, ew = AssumedDensityCategorical().whiten(f, J, Y, quad=quad)
         J2, ew2 = J[0].numpy().copy(), np.empty(C)
         whiten_rows(3, f[0].numpy(), Y[0].numpy(), J2, np.ones(C), 1.0, ew2, np.finfo(np.float64).tiny,
-                    np.empty(J2.shape[1]), quad[0].numpy())
+                    np.empty(J2.shape[1]), quad[0].numpy(), 0.0)
         H1 = Hw[0].numpy()
         np.testing.assert_allclose(J2.T @ J2, H1.T @ H1, rtol=1e-9, atol=1e-12 * np.abs(H1.T @ H1).max())
         np.testing.assert_allclose(J2.T @ ew2, H1.T @ ew[0].numpy(), rtol=1e-8,

@@ -553,21 +553,27 @@ def test_a_failed_update_raises_and_leaves_the_belief_untouched(config, bad):
     assert torch.isfinite(post.mean).all()
 
 
-def test_the_engine_runs_the_structure_on_the_torch_path():
-    """No compiled kernel claims the structure; run_filter's torch step gives the full EKF at full rank."""
+@pytest.mark.parametrize("compiled", [True, False])
+def test_run_filter_runs_the_structure_compiled_or_on_the_torch_path(compiled):
+    """The compiled kernel claims the structure (skfilter/kernels/factored.py) when the kernels are on;
+    on either path run_filter's step gives the full EKF at full rank."""
+    from skfilter.kernels import compiled_kernels
+
     adapter = make_adapter(make_mlp(N_IN, (N_HID,), 1, "tanh", seed=0), torch.device("cpu"), F64, N_IN)
     X, Y, _ = _stream(80, 15)
     mu0 = adapter.initial_theta()
     likelihood = Gaussian(R_OBS)
     results = {}
-    for name, structure in [("full", FullCovariance()), ("lrkf", FactoredCovariance.lrkf(P)),
-                            ("hilofi", FactoredCovariance.hilofi(adapter.blocks["hidden"], adapter.blocks["last"], 2))]:
-        parts = EngineParts(adapter, likelihood, structure, Dynamics(), Reference(mu0.clone(), 0.5))
-        state = FilterState(structure.prior(mu0, 0.5), likelihood.initial_state(1, torch.device("cpu"), F64), 0)
-        if name != "full":
-            assert plan_for(parts, state, None) is None
-        state, _ = run_filter(parts, state, X, Y[:, None], batch_size=1)
-        results[name] = (state.belief, structure)
+    with compiled_kernels(compiled):
+        for name, structure in [("full", FullCovariance()), ("lrkf", FactoredCovariance.lrkf(P)),
+                                ("hilofi", FactoredCovariance.hilofi(adapter.blocks["hidden"], adapter.blocks["last"],
+                                                                     2))]:
+            parts = EngineParts(adapter, likelihood, structure, Dynamics(), Reference(mu0.clone(), 0.5))
+            state = FilterState(structure.prior(mu0, 0.5), likelihood.initial_state(1, torch.device("cpu"), F64), 0)
+            if name != "full":
+                assert type(plan_for(parts, state, None)).__name__ == "FactoredPlan"
+            state, _ = run_filter(parts, state, X, Y[:, None], batch_size=1)
+            results[name] = (state.belief, structure)
     full_belief = results["full"][0]
     lrkf_belief, lrkf = results["lrkf"]
     torch.testing.assert_close(lrkf_belief.mean, full_belief.mean, rtol=1e-9, atol=1e-10)

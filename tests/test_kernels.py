@@ -153,6 +153,21 @@ def test_ekf_classifier_kernels_equal_torch_engine(structure, n_classes):
     _assert_same_predictions(est, ref, X[:9])
 
 
+@pytest.mark.parametrize("n_classes", [2, 4])
+@pytest.mark.parametrize("make", [
+    lambda **kw: LoFiClassifier(rank=3, **kw),
+    lambda **kw: EKFClassifier(covariance="fd", **kw),
+    lambda **kw: EKFClassifier(covariance="full", **kw),
+], ids=["lofi", "fd", "full"])
+def test_moment_matched_likelihood_on_the_kernels(make, n_classes):
+    """The moment-matched categorical (one logit and ``C``) whitened in the kernels
+    (:func:`skfilter.kernels.observations.whiten_rows`)."""
+    X, y = _classification(classes=n_classes)
+    est, ref = _fit_both(lambda: make(hidden_layer_sizes=(6,), likelihood="moment-matched", random_state=0), X, y)
+    _assert_same_state(est, ref)
+    _assert_same_predictions(est, ref, X[:9])
+
+
 @pytest.mark.parametrize("structure", list(EKF))
 def test_ekf_float32_and_weights(structure):
     X, y = _regression()

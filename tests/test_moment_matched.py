@@ -81,3 +81,26 @@ def test_the_update_moves_towards_the_observed_class():
     structure = FullCovariance()
     post, _ = structure.update(structure.prior(torch.zeros(3, dtype=DT), 1.0), Hw[0], ew[0])
     assert int(np.argmax(post.mean.numpy())) == 1
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from([1, 2, 3, 5]), st.integers(0, 10_000), st.floats(1e-4, 1.0), st.floats(0.0, 3.0))
+def test_compiled_whitening_equals_torch(C, seed, eps, weight):
+    """The kernels' whitening of one row (skfilter.kernels.observations.whiten_rows, the
+    moment-matched code) is :meth:`MomentMatchedCategorical.whiten` times ``√weight``."""
+    pytest.importorskip("numba")
+    from skfilter.kernels.observations import LIKELIHOOD_CODES, whiten_rows
+
+    gen = torch.Generator().manual_seed(seed)
+    f = torch.randn(1, C, generator=gen, dtype=DT) * 3
+    J = torch.randn(1, C, 7, generator=gen, dtype=DT)
+    label = int(torch.randint(0, max(C, 2), (1,), generator=gen))
+    Y = torch.tensor([[float(label)]], dtype=DT) if C == 1 else torch.nn.functional.one_hot(
+        torch.tensor([label]), C).to(DT)
+    Hw, ew = MomentMatchedCategorical(eps).whiten(f, J, Y)
+    J2, ew2 = J[0].numpy().copy(), np.empty(C)
+    whiten_rows(LIKELIHOOD_CODES["MomentMatchedCategorical"], f[0].numpy(), Y[0].numpy(), J2, np.ones(C), weight,
+                ew2, np.finfo(np.float64).tiny, np.empty(7), np.zeros((C, C)), eps)
+    root = np.sqrt(weight)
+    np.testing.assert_allclose(J2, root * Hw[0].numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(ew2, root * ew[0].numpy(), rtol=1e-10, atol=1e-12)

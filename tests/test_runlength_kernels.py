@@ -1,4 +1,5 @@
-"""The compiled run-length step (RL[K]-PR over LoFi, skfilter.kernels.runlength) against the torch engine.
+"""The compiled run-length step (RL[K]-PR over LoFi, the diagonal and full EKF and the factored covariance;
+skfilter.kernels.runlength) against the torch engine.
 
 Every configuration the kernel serves is fitted twice — compiled and with ``compiled_kernels(False)``
 (the engine's :func:`skfilter.runlength.runlength_step` per row) — and the run lengths, their
@@ -18,8 +19,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skfilter import (BOCDClassifier, BOCDRegressor, EKFClassifier, EKFRegressor, LoFiClassifier, LoFiRegressor,
-                      WoLFRegressor, runlength, stepping)
+from skfilter import (BOCDClassifier, BOCDRegressor, EKFClassifier, EKFRegressor, HiLoFiClassifier, HiLoFiRegressor,
+                      LoFiClassifier, LoFiRegressor, LRKFClassifier, LRKFRegressor, WoLFRegressor, runlength, stepping)
 from skfilter.exceptions import FilterStepError
 from skfilter.kernels import AVAILABLE, compiled_kernels
 from skfilter.kernels.runlength import keep_order
@@ -53,6 +54,12 @@ def _assert_same_mixture(a, b, rtol=1e-10):
     _close(ra.filter.log_weights.exp(), rb.filter.log_weights.exp(), rtol)
     for name in rb.filter.belief._fields:
         x, y = getattr(ra.filter.belief, name), getattr(rb.filter.belief, name)
+        if isinstance(y, tuple):  # the factored covariance's factors (rows signed alike on both paths)
+            assert len(x) == len(y), name
+            for a, b in zip(x, y):
+                assert a.shape == b.shape and a.dtype == b.dtype, name
+                _close(a, b, rtol)
+            continue
         if not isinstance(y, torch.Tensor):
             assert x == y, name
             continue
@@ -82,7 +89,8 @@ def _fit_both(make, X, y, prequential=True, **fit_kw):
     return est, ref, p, p_ref
 
 
-#: the base filters the compiled run-length step serves (LoFi, VD-/FD-EKF, full EKF), small networks
+#: the base filters the compiled run-length step serves (LoFi, VD-/FD-EKF, full EKF, the factored
+#: covariance: LRKF a low-rank factor, HiLoFi a low-rank and a Cholesky factor), small networks
 BASES = {
     "lofi": lambda cls, **kw: (LoFiRegressor if cls == "reg" else LoFiClassifier)(hidden_layer_sizes=(6,), rank=3,
                                                                                   random_state=0, **kw),
@@ -92,6 +100,11 @@ BASES = {
                                                                               random_state=0, **kw),
     "full": lambda cls, **kw: (EKFRegressor if cls == "reg" else EKFClassifier)(hidden_layer_sizes=(6,),
                                                                                 random_state=0, **kw),
+    "lrkf": lambda cls, **kw: (LRKFRegressor if cls == "reg" else LRKFClassifier)(hidden_layer_sizes=(6,), rank=3,
+                                                                                  random_state=0, **kw),
+    "hilofi": lambda cls, **kw: (HiLoFiRegressor if cls == "reg" else HiLoFiClassifier)(hidden_layer_sizes=(6,),
+                                                                                        hidden_rank=3,
+                                                                                        random_state=0, **kw),
 }
 
 REGRESSION = {
@@ -120,7 +133,7 @@ def test_regression_on_the_kernel_equals_the_engine(base, setting, K):
 
 @pytest.mark.parametrize("likelihood", ["adf", "categorical"])
 @pytest.mark.parametrize("kind", ["binary", "multiclass"])
-@pytest.mark.parametrize("base", ["lofi", "vd", "full"])
+@pytest.mark.parametrize("base", ["lofi", "vd", "full", "hilofi"])
 def test_classification_on_the_kernel_equals_the_engine(base, kind, likelihood):
     X, y = _stream(kind)
     make = lambda: BOCDClassifier(BASES[base]("clf", likelihood=likelihood, process_noise=1e-3),  # noqa: E731
@@ -150,7 +163,7 @@ def test_sample_weights_float32_and_multi_output(base):
 
 @pytest.mark.parametrize("evidence", ["weighted", "plain"])
 @pytest.mark.parametrize("weighting", ["imq", "predictive-md"])
-@pytest.mark.parametrize("base", ["lofi", "vd", "full"])
+@pytest.mark.parametrize("base", ["lofi", "vd", "full", "hilofi"])
 def test_bocd_over_wolf_on_the_kernel_equals_the_engine(base, weighting, evidence):
     """BOCD over WoLF: the robust weights inside each candidate's step, and the evidence under
     ``R / W²`` (``evidence='weighted'``) or ``R``, as on the engine; outliers do not open regimes."""
@@ -163,7 +176,7 @@ def test_bocd_over_wolf_on_the_kernel_equals_the_engine(base, weighting, evidenc
     _close(np.nan_to_num(p), np.nan_to_num(p_ref))
 
 
-@pytest.mark.parametrize("base", ["lofi", "full"])
+@pytest.mark.parametrize("base", ["lofi", "full", "hilofi"])
 def test_one_row_calls_equal_one_call(base):
     """Streams first: the mixture learned one row per call from row 0 is the one ``fit`` learns."""
     X, y = _stream("regression", n=60)
@@ -244,10 +257,14 @@ def test_interrupt_between_kernel_calls_keeps_the_rows_learned():
     lambda: BOCDRegressor(LoFiRegressor(hidden_layer_sizes=(5,), rank=2), n_hypotheses=None),
     lambda: BOCDRegressor(LoFiRegressor(hidden_layer_sizes=(5,), rank=2, batch_size=2)),
     lambda: BOCDRegressor(LoFiRegressor(hidden_layer_sizes=(5,), rank=2, variant="spherical")),
-], ids=["ou", "exact", "batches", "spherical"])
+    lambda: BOCDRegressor(HiLoFiRegressor(hidden_layer_sizes=(5,), hidden_rank=2), reset="moment-matched",
+                          n_hypotheses=2),
+], ids=["ou", "exact", "batches", "spherical", "hilofi-moment-matched"])
 def test_what_the_kernel_does_not_serve_runs_on_the_engine(make):
     X, y = _stream("regression", n=30)
-    with mock.patch.object(stepping, "lofi_runlength_rows", side_effect=AssertionError("kernel used")):
+    used = AssertionError("kernel used")
+    with mock.patch.object(stepping, "lofi_runlength_rows", side_effect=used), \
+            mock.patch.object(stepping, "factored_runlength_rows", side_effect=used):
         est = make().fit(X, y)
     assert est.n_samples_seen_ == 30
 

@@ -105,7 +105,7 @@ SECTIONS = {
     "concrete": "µs/step of EKF full/VD/FD and LoFi r10 (+ adaptive noise, + process noise), MLP 8-50-1, P=501",
     "streaming": "predict + partial_fit one row per call (LoFi r10, MLPRegressor), overhead over the in-loop step",
     "calls": "later calls with default parameters; one-row calls (LoFi, WoLF, BOCD, river) vs the in-call row",
-    "runlength": "BOCD (RL[K]-PR, K = 1 and 10) over LoFi r10 and over the full EKF, µs/step vs the base filter's step",
+    "runlength": "BOCD (RL[K]-PR, K = 1 and 10) over LoFi r10, the full EKF and HiLoFi r10, µs/step vs the base step",
     "digits": "LoFiClassifier().fit vs MLPClassifier().fit on digits",
     "digits-ekf": "EKFClassifier().fit on digits (P=3,760) vs its BLAS floor (slow: ~1 min)",
     "mnist": "LoFi r10 at P=648,010 (784-500-500-10), ms/step, page faults (slow on a CPU)",
@@ -116,6 +116,8 @@ DEFAULT_SUITES = ("concrete", "streaming", "calls", "digits")
 #: issue 18's budgets (float64, one thread, one row per step, the CI machine kind)
 STREAM_OVERHEAD_TARGET_US = 100.0
 RELATIVE_TARGET = 1.10
+#: issue 31: LRKF, HiLoFi and LoLoFi of rank 10 at most this many times LoFi rank 10's step
+FACTORED_TARGET_RATIO = 3.0
 MNIST_TARGET_US = {"float64": 20_000.0, "float32": 10_000.0, "cuda": 140.0}
 DIGITS_TARGET_RATIO = 1.0
 EKF_FLOOR_TARGET_RATIO = 1.5
@@ -185,6 +187,29 @@ def lofi_config(rank, prior_variance, target_us=None, batch_size=1, obs_variance
     return SpeedConfig(name, make, batch_size, target_us, f"lofi-{variant} L={rank}", relative_to, relative_target)
 
 
+def factored_config(kind, rank, prior_variance, target_ratio=None, batch_size=1, obs_variance=0.1,
+                    process_noise=1e-3) -> SpeedConfig:
+    """A :class:`SpeedConfig` of the factored-covariance regressors on the MLP 8-50-1 —
+    ``kind`` ``'LRKF'`` (``rank``), ``'HiLoFi'`` (``hidden_rank``) or ``'LoLoFi'`` (``hidden_rank``
+    and ``last_rank``) — with their default process noise, compared with LoFi rank 10
+    (``target_ratio``: issue 31's ≤ 3×)."""
+
+    def make(device, dtype, seed, batch_size):
+        from .. import HiLoFiRegressor, LoLoFiRegressor, LRKFRegressor
+
+        common = dict(hidden_layer_sizes=(50,), prior_variance=prior_variance, obs_variance=obs_variance,
+                      process_noise=process_noise, batch_size=batch_size, device=device, dtype=dtype,
+                      random_state=seed)
+        if kind == "LRKF":
+            return LRKFRegressor(rank=rank, **common)
+        if kind == "HiLoFi":
+            return HiLoFiRegressor(hidden_rank=rank, **common)
+        return LoLoFiRegressor(hidden_rank=rank, last_rank=rank, **common)
+
+    return SpeedConfig(f"{kind} r{rank}", make, batch_size, None, f"factored {kind.lower()} d={rank}",
+                       "LoFi r10" if target_ratio else None, target_ratio)
+
+
 def lofi_classifier_config(rank, prior_variance, hidden=(500, 500), batch_size=1, target_us=None) -> SpeedConfig:
     """A :class:`SpeedConfig` of :class:`~skfilter.LoFiClassifier` (rank ``rank``) on an MLP with
     the given hidden widths (the ``mnist`` configuration)."""
@@ -235,6 +260,9 @@ CONFIGS = [
                 relative_target=RELATIVE_TARGET),
     lofi_config(10, 0.1, process_noise=1e-4, name="LoFi r10 q", relative_to="LoFi r10",
                 relative_target=RELATIVE_TARGET),
+    factored_config("LRKF", 10, 0.1, target_ratio=FACTORED_TARGET_RATIO),
+    factored_config("HiLoFi", 10, 0.1, target_ratio=FACTORED_TARGET_RATIO),
+    factored_config("LoLoFi", 10, 0.1, target_ratio=FACTORED_TARGET_RATIO),
 ]
 
 #: the ``mnist`` section: the 784-500-500-10 classifier of the LoFi paper's image experiments
@@ -270,7 +298,7 @@ CALLS_BOCD_ROWS = 100
 CALLS_CONSTANT_ROWS = 20
 EKF_ROWS = ("EKFClassifier.fit", "BLAS floor (2 GEMMs/row)")
 #: the ``runlength`` section's bases and run-length counts; its rows are named by :func:`_runlength_name`
-RUNLENGTH_BASES = ("LoFi r10", "EKF full")
+RUNLENGTH_BASES = ("LoFi r10", "EKF full", "HiLoFi r10")
 RUNLENGTH_KS = (1, 10)
 #: rows per timed call of the ``runlength`` section (a step of K = 10 is 11 base steps)
 RUNLENGTH_ROWS = 100
@@ -707,17 +735,19 @@ def time_calls(stream, n_rows=DEFAULT_N_ROWS, repeats=5, device="cpu", dtype="fl
 
 
 def time_runlength(stream, n_rows=RUNLENGTH_ROWS, repeats=5, device="cpu", dtype="float64", seed=0) -> list:
-    """The ``runlength`` section: µs/step of LoFi r10 and of the full EKF (regressors, default
-    parameters otherwise, MLP 8-50-1) and of ``BOCDRegressor(base, n_hypotheses=K)`` for each ``K``
+    """The ``runlength`` section: µs/step of LoFi r10, of the full EKF and of HiLoFi r10 (regressors,
+    default parameters otherwise, MLP 8-50-1) and of ``BOCDRegressor(base, n_hypotheses=K)`` for each ``K``
     of :data:`RUNLENGTH_KS` (hazard 0.01, ``reset='prior'``), each a later ``partial_fit`` of
     ``n_rows`` rows, timed round-robin (:func:`interleave`); each BOCD row's ``ratio`` is the median of
     the rounds' ratios to its base's step, beside the target ``1.3 × (K + 1)``."""
-    from .. import BOCDRegressor, EKFRegressor, LoFiRegressor
+    from .. import BOCDRegressor, EKFRegressor, HiLoFiRegressor, LoFiRegressor
 
     bases = {"LoFi r10": lambda: LoFiRegressor(hidden_layer_sizes=(50,), rank=10, device=device, dtype=dtype,
                                                random_state=seed),
              "EKF full": lambda: EKFRegressor(hidden_layer_sizes=(50,), device=device, dtype=dtype,
-                                              random_state=seed)}
+                                              random_state=seed),
+             "HiLoFi r10": lambda: HiLoFiRegressor(hidden_layer_sizes=(50,), hidden_rank=10, device=device,
+                                                   dtype=dtype, random_state=seed)}
     Xw, yw = _rows(stream, 0, WARMUP_ROWS)
     Xa, ya = _rows(stream, WARMUP_ROWS, int(n_rows))
     fns, names, n_params = [], [], None

@@ -2,7 +2,8 @@
 
 Each structure with a kernel has a row loop (``*_rows``: a stream of one belief) and a hypotheses
 loop (``*_hypotheses``: one step for a stack of ``K`` beliefs, BOCD's run-length candidates) —
-:mod:`skfilter.kernels.lofi`, :mod:`~skfilter.kernels.diagonal`, :mod:`~skfilter.kernels.full` —
+:mod:`skfilter.kernels.lofi`, :mod:`~skfilter.kernels.diagonal`, :mod:`~skfilter.kernels.full`,
+:mod:`~skfilter.kernels.factored` (LRKF, HiLoFi, LoLoFi) —
 and the run-length filter RL[K]-PR over LoFi (:mod:`~skfilter.kernels.runlength`), over the
 default MLP's fused forward pass and Jacobian (:mod:`~skfilter.kernels.mlp`), the
 likelihoods' noise estimate and whitening (:mod:`~skfilter.kernels.observations`) and the

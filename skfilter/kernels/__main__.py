@@ -12,7 +12,7 @@ def warm_up(verbose=True) -> float:
     the seconds it took."""
     import numpy as np
 
-    from .. import BOCDRegressor, EKFRegressor, LoFiRegressor
+    from .. import BOCDRegressor, EKFRegressor, HiLoFiRegressor, LoFiRegressor
     from . import AVAILABLE, compiled_kernels
 
     if not AVAILABLE:
@@ -27,7 +27,10 @@ def warm_up(verbose=True) -> float:
             for est in (LoFiRegressor(hidden_layer_sizes=(3,), rank=2, dtype=dtype),
                         EKFRegressor(hidden_layer_sizes=(3,), covariance="vd", dtype=dtype),
                         EKFRegressor(hidden_layer_sizes=(3,), covariance="full", dtype=dtype),
-                        BOCDRegressor(LoFiRegressor(hidden_layer_sizes=(3,), rank=2, dtype=dtype), n_hypotheses=2)):
+                        HiLoFiRegressor(hidden_layer_sizes=(3,), hidden_rank=2, dtype=dtype),
+                        BOCDRegressor(LoFiRegressor(hidden_layer_sizes=(3,), rank=2, dtype=dtype), n_hypotheses=2),
+                        BOCDRegressor(HiLoFiRegressor(hidden_layer_sizes=(3,), hidden_rank=2, dtype=dtype),
+                                      n_hypotheses=2)):
                 est.fit(X, y)
                 est.predict(X[:2], return_std=True)
         _warm_up_factorization()

@@ -116,7 +116,7 @@ def full_rows_from(X, Y, w, has_weights, batch, shapes, offsets, codes, mean_src
             for i in range(nb):
                 weight = robust[i] if weight_kind > 0 else (w[row + i] if has_weights else 1.0)
                 whiten_rows(likelihood, F[i], Y[row + i], Ut[i * C:(i + 1) * C], scale, weight, ew_spare, tiny, pj,
-                            step_quad[i])
+                            step_quad[i], noise_params[0])
         else:  # Uᵀ = Hw Σ⁻ (rows): one pass over Σ (rows_times_symmetric: four rows of Σ per pass over Hw)
             rows_times_symmetric(cov_src, H[:m], Ut[:m], zero)
             if dynamic:

@@ -4,6 +4,8 @@ matrix that is not positive definite reports instead of raising inside compiled 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
@@ -152,3 +154,93 @@ def rows_times_symmetric(A, H, out, zero):
                 s0 += a0[j] * h[j]
             out[c, i] = s0
         i += 1
+
+
+@njit(cache=True, nogil=True)
+def _rotate_rows(R, i, k, c, s, start):
+    """``[R_i; R_k] ← [c s; −s c] [R_i; R_k]`` on the columns from ``start`` (a Givens rotation)."""
+    a = R[i]
+    b = R[k]
+    for j in range(start, R.shape[1]):
+        x = a[j]
+        y = b[j]
+        a[j] = c * x + s * y
+        b[j] = c * y - s * x
+
+
+@njit(cache=True, nogil=True)
+def _rotate_entries(W, first, i, k, c, s):
+    """The rotation of :func:`_rotate_rows` on entries ``i``, ``k`` of the rows ``W[first:]``."""
+    for a in range(first, W.shape[0]):
+        x = W[a, i]
+        y = W[a, k]
+        W[a, i] = c * x + s * y
+        W[a, k] = c * y - s * x
+
+
+@njit(cache=True, nogil=True)
+def triangular_update_into(U, W, V, out):
+    """``out ← Q_R(U + Wᵀ V, V)``: the upper-triangular ``R`` (rows signed to a non-negative
+    diagonal) with ``RᵀR = (U + WᵀV)ᵀ(U + WᵀV) + VᵀV``, for an upper-triangular ``U (D, D)`` and
+    ``m`` rows ``W (m, D)``, ``V (m, D)`` — by Givens rotations, ``O(m D²)`` where a Householder QR
+    of the ``(D + m) × D`` stack costs ``O(D³)``.
+
+    The ``m`` rank-one terms ``w_a v_aᵀ`` are added one at a time (Golub & Van Loan, *Matrix
+    Computations*, 4th ed., §6.5.1): rotations of rows ``(i − 1, i)`` from the bottom zero ``w_a``
+    below its first entry, making ``R`` upper Hessenberg, ``w_a[0] v_aᵀ`` is added to the first row,
+    and rotations of rows ``(i, i + 1)`` restore the triangle; each rotation also acts on the
+    ``w`` still to come (they are expressed in the rotated basis). The rows ``v_a`` are then
+    appended (§6.5.3: one rotation per column). ``W`` is overwritten."""
+    D = U.shape[0]
+    m = W.shape[0]
+    for i in range(D):
+        for j in range(D):
+            out[i, j] = U[i, j]
+    for a in range(m):
+        w = W[a]
+        for i in range(D - 1, 0, -1):  # zero w[i] against w[i − 1]
+            if w[i] == 0.0:
+                continue
+            r = math.hypot(w[i - 1], w[i])
+            c = w[i - 1] / r
+            s = w[i] / r
+            w[i - 1] = r
+            w[i] = 0.0
+            _rotate_rows(out, i - 1, i, c, s, i - 1)
+            _rotate_entries(W, a + 1, i - 1, i, c, s)
+        scale = w[0]
+        v = V[a]
+        for j in range(D):
+            out[0, j] += scale * v[j]
+        for i in range(D - 1):  # zero the subdiagonal entry out[i + 1, i] against out[i, i]
+            if out[i + 1, i] == 0.0:
+                continue
+            r = math.hypot(out[i, i], out[i + 1, i])
+            c = out[i, i] / r
+            s = out[i + 1, i] / r
+            _rotate_rows(out, i, i + 1, c, s, i)
+            out[i + 1, i] = 0.0
+            _rotate_entries(W, a + 1, i, i + 1, c, s)
+    row = np.empty(D, dtype=out.dtype)
+    for a in range(m):  # append the rows v_a
+        for j in range(D):
+            row[j] = V[a, j]
+        for i in range(D):
+            x = row[i]
+            if x == 0.0:
+                continue
+            d = out[i, i]
+            r = math.hypot(d, x)
+            c = d / r
+            s = x / r
+            rr = out[i]
+            for j in range(i, D):
+                y = rr[j]
+                z = row[j]
+                rr[j] = c * y + s * z
+                row[j] = c * z - s * y
+            row[i] = 0.0
+    for i in range(D):
+        if out[i, i] < 0.0:
+            for j in range(i, D):
+                out[i, j] = -out[i, j]

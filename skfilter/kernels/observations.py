@@ -11,6 +11,9 @@ preallocated buffers. Likelihood codes are those of :data:`LIKELIHOOD_CODES`:
 * assumed density filtering (:class:`~skfilter.likelihoods.AssumedDensityCategorical`, one logit or
   ``C``): ``Hw = B J``, ``ẽ`` from the row's prior predictive ``J Σ⁻ Jᵀ``, which the kernels then
   compute for every step;
+* moment-matched (:class:`~skfilter.likelihoods.MomentMatchedCategorical`): ``m = softmax(f)``,
+  ``R = diag(m) − m mᵀ + ε I = L Lᵀ``, ``Hw = L⁻¹ (diag(m) − m mᵀ) J``, ``ẽ = L⁻¹ (y − m)``
+  (one logit: ``m = σ(f)``, ``R = m(1 − m) + ε``);
 
 each row then scaled by ``√w`` of its sample weight. With a robust weighting (WoLF, Gaussian
 likelihood; :func:`robust_step_weights`) the weight of a row is ``w · W²``, ``W`` computed from its
@@ -29,9 +32,12 @@ from numba import njit
 from .linalg import cholesky_into, solve_lower
 
 #: likelihood class name → code used by the compiled kernels
-LIKELIHOOD_CODES = {"Gaussian": 0, "Bernoulli": 1, "Categorical": 2, "AssumedDensityCategorical": 3}
+LIKELIHOOD_CODES = {"Gaussian": 0, "Bernoulli": 1, "Categorical": 2, "AssumedDensityCategorical": 3,
+                    "MomentMatchedCategorical": 4}
 #: the likelihood code whose whitening needs the rows' prior predictive ``J Σ⁻ Jᵀ``
 PREDICTIVE_LIKELIHOOD = 3
+#: the moment-matched likelihood's code: its jitter ``ε`` is the first entry of ``noise_params``
+MOMENT_MATCHED_LIKELIHOOD = 4
 #: weighting-function class name (:mod:`skfilter.weighting`) → code of :func:`robust_step_weights`
 #: (Gaussian likelihood only); 0 is no weighting
 WEIGHTING_CODES = {"IMQ": 1, "MahalanobisIMQ": 2, "ThresholdedMahalanobis": 3, "Huber": 4,
@@ -223,14 +229,74 @@ def _adf_categorical(f, y, J, ew, Q, sw, tiny, pj):
 
 
 @njit(cache=True, nogil=True)
-def whiten_rows(code, f, y, J, scale, weight, ew, tiny, pj, quad):
+def _moment_matched(f, y, J, ew, epsilon, sw):
+    """:meth:`skfilter.likelihoods.MomentMatchedCategorical.whiten` of one row, in place and in its
+    order of operations: ``m`` the softmax of the logits (sigmoid of one), ``G = diag(m) − m mᵀ``
+    (``m(1 − m)``), ``R = G + ε I = L Lᵀ``; ``Hw = (L⁻¹ G) J``, ``ẽ = L⁻¹ (y − m)``; both times ``sw``."""
+    C, P = J.shape
+    if C == 1:
+        m = 1.0 / (1.0 + np.exp(-f[0]))
+        g = m * (1.0 - m)
+        root = np.sqrt(g + epsilon)
+        ew[0] = (y[0] - m) / root * sw
+        s = g / root * sw
+        row = J[0]
+        for j in range(P):
+            row[j] *= s
+        return
+    top = f[0]
+    for c in range(1, C):
+        top = max(top, f[c])
+    m = np.empty(C, dtype=J.dtype)
+    tot = 0.0
+    for c in range(C):
+        m[c] = np.exp(f[c] - top)
+        tot += m[c]
+    for c in range(C):
+        m[c] /= tot
+    G = np.empty((C, C), dtype=J.dtype)
+    R = np.empty((C, C), dtype=J.dtype)
+    for a in range(C):
+        for b in range(C):
+            G[a, b] = (m[a] if a == b else 0.0) - m[a] * m[b]
+            R[a, b] = G[a, b] + (epsilon if a == b else 0.0)
+    Lc = np.empty((C, C), dtype=J.dtype)
+    cholesky_into(R, Lc)  # positive definite: ε > 0
+    col = np.empty(C, dtype=J.dtype)
+    for b in range(C):  # L⁻¹ G, column by column
+        for a in range(C):
+            col[a] = G[a, b]
+        solve_lower(Lc, col)
+        for a in range(C):
+            G[a, b] = col[a] * sw
+    source = J.copy()
+    for a in range(C):  # Hw = (L⁻¹ G) J on whole rows
+        row = J[a]
+        for j in range(P):
+            row[j] = 0.0
+        for b in range(C):
+            coef = G[a, b]
+            src = source[b]
+            for j in range(P):
+                row[j] += coef * src[j]
+    for c in range(C):
+        ew[c] = y[c] - m[c]
+    solve_lower(Lc, ew[:C])
+    for c in range(C):
+        ew[c] *= sw
+
+
+@njit(cache=True, nogil=True)
+def whiten_rows(code, f, y, J, scale, weight, ew, tiny, pj, quad, epsilon):
     """Whiten one row in place: ``J (C, P)`` becomes ``Hw`` and ``ew (C,)`` the whitened residual
     (module docstring), both times ``√weight``; ``scale (C,)`` is the Gaussian ``r^{−1/2}``, ``pj``
     a ``(P,)`` work buffer (categorical), ``quad (C, C)`` the row's ``J Σ⁻ Jᵀ`` (assumed density
-    filtering; not read otherwise)."""
+    filtering; not read otherwise), ``epsilon`` the moment-matched likelihood's jitter."""
     C, P = J.shape
     sw = np.sqrt(weight)
-    if code == 3:
+    if code == MOMENT_MATCHED_LIKELIHOOD:
+        _moment_matched(f, y, J, ew, epsilon, sw)
+    elif code == 3:
         if C == 1:
             _adf_binary(f, y, J, ew, quad[0, 0], sw, tiny)
         else:
@@ -301,7 +367,7 @@ def observe_step(likelihood, F, Y, w, has_weights, noise, noise_params, adaptive
                 scale[c] = 1.0 / np.sqrt(noise[c])
     for i in range(nb):
         whiten_rows(likelihood, F[i], Y[i], H[i * C:(i + 1) * C], scale, w[i] if has_weights else 1.0,
-                    ew[i * C:(i + 1) * C], tiny, pj, quad[i])
+                    ew[i * C:(i + 1) * C], tiny, pj, quad[i], noise_params[0])
     return True
 
 

@@ -1,4 +1,5 @@
-"""Run-length filtering (BOCD, RL[K]-PR) over LoFi, the VD/FD-EKF and the full EKF, many rows per compiled call (numba).
+"""Run-length filtering (BOCD, RL[K]-PR) over LoFi, the VD/FD-EKF, the full EKF and the factored covariance
+(LRKF, HiLoFi, LoLoFi), many rows per compiled call (numba).
 
 The step of :func:`skfilter.runlength.runlength_step` with ``reset='prior'`` (thesis Alg. 8,
 eqs. 3.46–3.53; the corrected line 13) for one row per step, over a compiled filter step:
@@ -6,8 +7,8 @@ eqs. 3.46–3.53; the corrected line 13) for one row per step, over a compiled f
 1. candidates: each of the ``K`` kept hypotheses moved by the base's dynamics (``g``, ``q``) and
    one changepoint candidate from the prior belief (no dynamics) with the noise state of the most
    probable hypothesis;
-2. each candidate learns the row (:func:`~skfilter.kernels.lofi.lofi_rows`, the diagonal or the
-   full kernel; with the base's robust weighting, WoLF, as there), recording its prior predictive
+2. each candidate learns the row (:func:`~skfilter.kernels.lofi.lofi_rows`, the diagonal, the
+   full or the factored kernel; with the base's robust weighting, WoLF, as there), recording its prior predictive
    ``f``, ``J Σ⁻ Jᵀ`` and noise;
 3. its log predictive density of the row (:func:`log_predictive_row`: the likelihoods'
    ``log_predictive``; under a robust weighting with ``R / W²`` when the evidence is weighted),
@@ -32,6 +33,7 @@ from numba import njit
 from .linalg import cholesky_into, solve_lower
 from .observations import robust_step_weights
 from .diagonal import diagonal_rows
+from .factored import factored_rows
 from .full import full_rows_from
 from .lofi import DONE, REDO_STEP, lofi_rows
 
@@ -434,6 +436,66 @@ def diagonal_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_m
             for j in range(P):
                 pool_means[d, 0, j] = pool_means[d, 1, j]
                 pool_vars[d, 0, j] = pool_vars[d, 1, j]
+        if not _weigh_and_keep(likelihood, cand_f, cand_quad, cand_noise, y1, w1, has_weights, K, dest, slots,
+                               log_weights, run_lengths, counts, n_keep, log_h, log_s, tiny, record, row, rec_f,
+                               rec_quad, rec_noise, rec_weights, evidence, log_joint, cand_runs, order, new_slots,
+                               new_logw, new_runs, weight_kind, weight_c, weighted_evidence, w2):
+            return row, REDO_STEP
+    return n, DONE
+
+
+@njit(cache=True, nogil=True)
+def factored_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_means, pool_factors, pool_pendings,
+                            pool_noises, pool_scales, prior_mean, prior_factors, prior_pending, positions, starts,
+                            fstarts, ranks, kinds, eps, slots, log_weights, run_lengths, counts, n_keep, log_h, log_s,
+                            likelihood, noise_params, adaptive, max_abs, g, q_blocks, limit, tiny, record, rec_f,
+                            rec_quad, rec_noise, rec_weights, evidence, weight_kind, weight_c, weighted_evidence):
+    """:func:`lofi_runlength_rows` over the factored covariance (LRKF, HiLoFi, LoLoFi:
+    :func:`~skfilter.kernels.factored.factored_rows`, block layout as there): the pool
+    ``pool_means (S, 2, P)``, ``pool_factors (S, 2, F)``, ``pool_pendings (S, 2, n_blocks)`` with each
+    belief in its slot's first half (a candidate copies its source there and its step writes the
+    second half, moved back after the row, as :func:`diagonal_runlength_rows`); ``q_blocks`` the
+    process noise per block; rows already as the model's first layer takes them."""
+    n, D = X.shape
+    C = Y.shape[1]
+    P = pool_means.shape[2]
+    F = pool_factors.shape[2]
+    n_blocks = pool_pendings.shape[2]
+    K_max = slots.shape[0]
+    no_noise = np.zeros_like(q_blocks)
+    (x1, y1, w1, cand_f, cand_quad, cand_noise, dest, used, log_joint, cand_runs, order, new_slots, new_logw,
+     new_runs, w2) = _bookkeeping_buffers(K_max, pool_means.shape[0], C, D, pool_means.dtype, X.dtype, Y.dtype,
+                                          w.dtype)
+    for row in range(n):
+        K, best = _begin_row(X, Y, w, has_weights, row, x1, y1, w1, slots, counts, used, dest, log_weights)
+        for k in range(K + 1):
+            d = dest[k]
+            if k < K:
+                src = slots[k]
+                pool_noises[d, :] = pool_noises[src, :]
+                pool_means[d, 0, :] = pool_means[src, 0, :]
+                pool_factors[d, 0, :] = pool_factors[src, 0, :]
+                pool_pendings[d, 0, :] = pool_pendings[src, 0, :]
+                gk, qk = g, q_blocks
+            else:
+                pool_noises[d, :] = pool_noises[slots[best], :]
+                pool_means[d, 0, :] = prior_mean
+                pool_factors[d, 0, :] = prior_factors
+                pool_pendings[d, 0, :] = prior_pending
+                gk, qk = 1.0, no_noise
+            done, status, cur = factored_rows(x1, y1, w1, has_weights, 1, shapes, offsets, codes, pool_means[d],
+                                              pool_factors[d], pool_pendings[d], 0, positions, starts, fstarts, ranks,
+                                              kinds, likelihood, pool_noises[d], noise_params, adaptive, max_abs,
+                                              weight_kind, weight_c, gk, qk, True, cand_f[k], cand_quad[k],
+                                              cand_noise[k], limit, eps, tiny, pool_scales[d])
+            if status != DONE:
+                return row, REDO_STEP
+            for j in range(P):
+                pool_means[d, 0, j] = pool_means[d, 1, j]
+            for j in range(F):
+                pool_factors[d, 0, j] = pool_factors[d, 1, j]
+            for j in range(n_blocks):
+                pool_pendings[d, 0, j] = pool_pendings[d, 1, j]
         if not _weigh_and_keep(likelihood, cand_f, cand_quad, cand_noise, y1, w1, has_weights, K, dest, slots,
                                log_weights, run_lengths, counts, n_keep, log_h, log_s, tiny, record, row, rec_f,
                                rec_quad, rec_noise, rec_weights, evidence, log_joint, cand_runs, order, new_slots,

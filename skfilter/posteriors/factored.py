@@ -378,9 +378,30 @@ class FactoredCovariance(Structure):
                     "last": (last_indices, LowRankFactor(last_rank, init, keep_process_noise))}, seed=seed)
 
     # -- helpers -----------------------------------------------------------------------------------
-    def _positions(self, P):
-        """The parameter positions of every block for ``P`` parameters; raises ``ValueError`` unless
-        the blocks partition ``0 … P−1``."""
+    def block_positions(self, P):
+        """The parameter positions of every block for ``P`` parameters.
+
+        Parameters
+        ----------
+        P : int
+            The number of parameters.
+
+        Returns
+        -------
+        list of torch.Tensor
+            One 1-d ``long`` tensor per block (in :attr:`block_names` order).
+
+        Raises
+        ------
+        ValueError
+            Unless the blocks partition ``0 … P−1``.
+
+        Examples
+        --------
+        >>> from skfilter.posteriors import FactoredCovariance
+        >>> FactoredCovariance.hilofi(slice(0, 3), slice(3, 5), hidden_rank=2).block_positions(5)
+        [tensor([0, 1, 2]), tensor([3, 4])]
+        """
         every = torch.arange(P)
         parts = []
         for name, ix in zip(self.block_names, self.indices):
@@ -424,7 +445,7 @@ class FactoredCovariance(Structure):
         var = as_variance_vector(prior_variance, mean)
         if bool((var < 0).any()):
             raise ValueError("prior_variance must be >= 0.")
-        positions = self._positions(mean.shape[-1])
+        positions = self.block_positions(mean.shape[-1])
         batch = tuple(mean.shape[:-1])
         factors = []
         for i, (ix, kind) in enumerate(zip(positions, self.kinds)):
@@ -446,13 +467,23 @@ class FactoredCovariance(Structure):
             factors = tuple(B * g for B in factors)
             pending = pending * (g * g)
         if has_q:
-            pending = pending + self._block_noise(Q, pending)
+            pending = pending + self.block_noise(Q, pending)
         if shift is not None:
             mean = mean + shift
         return FactoredBelief(mean, factors, pending)
 
-    def _block_noise(self, Q, like):
-        """``(n_blocks,)`` process noise per block from a float or a per-parameter ``(P,)`` ``Q``."""
+    def block_noise(self, Q, like):
+        """``(n_blocks,)`` process noise per block from a float or a per-parameter ``(P,)`` ``Q`` (the
+        mean of ``Q`` over each block's parameters: class Notes), in the dtype and device of ``like``.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from skfilter.posteriors import FactoredCovariance
+        >>> s = FactoredCovariance.hilofi(slice(0, 3), slice(3, 5), hidden_rank=2)
+        >>> s.block_noise(torch.tensor([1e-3, 1e-3, 1e-3, 1e-2, 1e-2]), torch.zeros(1)).tolist()
+        [0.0010000000474974513, 0.009999999776482582]
+        """
         Q = torch.as_tensor(Q, dtype=like.dtype, device=like.device)
         if Q.dim() == 0:
             return Q.expand(len(self.kinds))
@@ -551,7 +582,7 @@ class FactoredCovariance(Structure):
         mean = belief.mean
         P = mean.shape[-1]
         out = mean.new_zeros(*mean.shape[:-1], P, P)
-        for b, (ix, B) in enumerate(zip(self._positions(P), belief.factors)):
+        for b, (ix, B) in enumerate(zip(self.block_positions(P), belief.factors)):
             block = B.mT @ B
             block.diagonal(dim1=-2, dim2=-1).add_(belief.pending[..., b, None])
             out[..., ix[:, None], ix[None, :]] = block
@@ -593,5 +624,6 @@ class FactoredCovariance(Structure):
         return FactoredBelief(mean, tuple(factors), pending)
 
     def uses_host_arrays(self, belief) -> bool:
-        """Always ``False``: the update runs on torch tensors (no compiled kernel serves it)."""
+        """Always ``False``: the engine's update runs on torch tensors (the compiled kernel,
+        :mod:`skfilter.kernels.factored`, is chosen above the engine by :mod:`skfilter.stepping`)."""
         return False

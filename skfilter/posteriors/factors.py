@@ -91,7 +91,9 @@ def best_rank_factor(*blocks: torch.Tensor, rank: int, shift=0.0, return_singula
         \qquad J^\top J = V_d \operatorname{diag}(\sigma_i^2 + a) V_d^\top ,
 
     the best rank-``d`` approximation (Frobenius norm) of ``NᵀN + aI`` (eigenvectors of ``NᵀN``,
-    eigenvalues raised by ``a``); its rows are orthogonal, ``J Jᵀ = diag(σ_i² + a)`` non-increasing.
+    eigenvalues raised by ``a``); its rows are orthogonal, ``J Jᵀ = diag(σ_i² + a)`` non-increasing,
+    each signed so that its entry of largest magnitude is positive (the singular vectors' signs are
+    the SVD routine's choice; this makes ``J`` — and samples ``zᵀJ`` — the same from any routine).
     The error is ``√(Σ_{d<i≤rank N} (σ_i² + a)² + (D − rank N) a²)`` — the discarded directions
     lose their ``a`` as well.
 
@@ -149,6 +151,10 @@ def best_rank_factor(*blocks: torch.Tensor, rank: int, shift=0.0, return_singula
         raise ValueError(f"shift must be >= 0, got {shift!r}.")
     a = a[..., None] if a.dim() else a
     scale = torch.where(supported, (s * s + a).sqrt(), torch.zeros_like(s))
+    # each row signed so that its entry of largest magnitude is positive: the SVD's signs are the
+    # routine's choice, and a factor's samples z @ J depend on them
+    top = V.gather(-1, V.abs().argmax(-1, keepdim=True))[..., 0]
+    scale = torch.where(top < 0, -scale, scale)
     J = scale[..., :, None] * V
     if keep < rank:
         J = torch.cat([J, J.new_zeros(*J.shape[:-2], rank - keep, D)], dim=-2)
