@@ -321,3 +321,25 @@ def test_moment_matched_likelihood_on_the_kernel(make, n_classes):
     est, ref = _fit_both(lambda: make(hidden_layer_sizes=(5,), likelihood="moment-matched", random_state=0), X, y)
     _assert_same_state(est, ref)
     _assert_same_predictions(est, ref, X[:9])
+
+
+@pytest.mark.parametrize("r, m, zero_rows, shift", [(3, 1, 0, 0.0), (5, 3, 0, 0.1), (4, 2, 2, 0.0), (3, 1, 3, 0.2),
+                                                    (6, 4, 1, 0.05)])
+def test_orthogonal_update_is_the_projection_of_the_stack(r, m, zero_rows, shift):
+    """:func:`~skfilter.kernels.factored.orthogonal_update_into` (the SVD through the span of the
+    factor's orthogonal rows and the gain) against the engine's ``P_{d,+a}`` of the whole stack,
+    rows signed alike; zero rows of the factor (unsupported directions) and a zero factor included."""
+    from skfilter.kernels.factored import orthogonal_update_into
+    from skfilter.posteriors.factors import best_rank_factor
+
+    rng = np.random.default_rng(r * 10 + m)
+    D = 17
+    O = np.linalg.qr(rng.normal(size=(D, r)))[0].T  # orthonormal rows
+    B = np.sort(rng.uniform(0.1, 2.0, size=r))[::-1, None] * O
+    B[r - zero_rows:] = 0.0
+    H, Kt = rng.normal(size=(m, D)), rng.normal(size=(m, D)) * 0.3
+    BH = B @ H.T
+    expected = best_rank_factor(torch.from_numpy(B - BH @ Kt), torch.from_numpy(Kt), rank=r, shift=shift).numpy()
+    out = np.empty((r, D))
+    orthogonal_update_into(np.ascontiguousarray(B), BH, Kt, shift, np.finfo(np.float64).eps, out)
+    np.testing.assert_allclose(out, expected, rtol=1e-10, atol=1e-12)
