@@ -343,3 +343,14 @@ def test_orthogonal_update_is_the_projection_of_the_stack(r, m, zero_rows, shift
     out = np.empty((r, D))
     orthogonal_update_into(np.ascontiguousarray(B), BH, Kt, shift, np.finfo(np.float64).eps, out)
     np.testing.assert_allclose(out, expected, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("structure", ["lrkf", "hilofi"])
+def test_sample_y_is_the_same_on_both_paths(structure):
+    """Thompson draws ``θ = μ + Σ_b B_bᵀ z_b`` depend on the factors' rows, which both paths sign by
+    the same rule: the same draws for the same seed, compiled or not."""
+    X, y = _regression()
+    est, ref = _fit_both(lambda: STRUCTURES[structure](hidden_layer_sizes=(5,), random_state=0), X, y)
+    a = est.sample_y(X[:6], n_samples=4, random_state=3)
+    b = ref.sample_y(X[:6], n_samples=4, random_state=3)
+    _close(a, b, 1e-10)
