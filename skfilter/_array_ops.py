@@ -75,6 +75,14 @@ class _Ops(abc.ABC):
     def eye(self, n, like):
         """``I_n`` with the dtype (and device) of ``like``."""
 
+    @abc.abstractmethod
+    def zeros(self, shape, like):
+        """Zero array of ``shape`` with the dtype (and device) of ``like``."""
+
+    @abc.abstractmethod
+    def concat_columns(self, a, b):
+        """``[a, b]``: ``a`` and ``b`` side by side along the last axis (a new array)."""
+
     # element-wise and matrix products into given arrays (``out`` may be a strided view)
     @abc.abstractmethod
     def matmul(self, a, b, out):
@@ -147,6 +155,12 @@ class _TorchOps(_Ops):
 
     def eye(self, n, like):
         return torch.eye(n, dtype=like.dtype, device=like.device)
+
+    def zeros(self, shape, like):
+        return torch.zeros(shape, dtype=like.dtype, device=like.device)
+
+    def concat_columns(self, a, b):
+        return torch.cat([a, b], dim=-1)
 
     def matmul(self, a, b, out):
         return torch.matmul(a, b, out=out)
@@ -237,6 +251,12 @@ class _NumpyOps(_Ops):
 
     def eye(self, n, like):
         return np.eye(n, dtype=like.dtype)
+
+    def zeros(self, shape, like):
+        return np.zeros(shape, dtype=like.dtype)
+
+    def concat_columns(self, a, b):
+        return np.concatenate([a, b], axis=-1)
 
     def matmul(self, a, b, out):
         return np.matmul(a, b, out=out)
@@ -359,6 +379,12 @@ class Scratch:
         if table is None:
             table = tables[owner] = {}
         return table
+
+    def table(self, owner):
+        """The dict of what ``owner`` keeps in this thread (held weakly in ``owner``): the
+        temporaries of :meth:`get`, keyed ``(backend, name)``, and whatever else a caller keeps for
+        it under keys of its own (e.g. :func:`skfilter.filtering.run_filter`'s stream buffers)."""
+        return self._table(owner)
 
     def get(self, ops, owner, name, shape, like):
         """The temporary ``name`` of ``owner`` (class docstring); ``ops`` is its backend."""

@@ -45,7 +45,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import torch
 
-from ._array_ops import NUMPY_OPS, as_numpy
+from ._array_ops import NUMPY_OPS, SCRATCH, as_numpy
 from .dynamics import Dynamics, Reference, apply_dynamics
 from .exceptions import FilterStepError
 
@@ -173,10 +173,15 @@ def filter_step(parts: EngineParts, state: FilterState, X, Y, sample_weight=None
         if not largest <= bound:  # NaN too
             raise FilterStepError(f"The model outputs reached {largest:.3g} (beyond {bound:g}). "
                                   f"{likelihood.divergence_advice} The last good belief is kept.")
-    # 3. prior predictive
+    # 3. prior predictive; a structure that can forms the Jacobian rows' products with the belief
+    # once, for the predictive and the update (whitened rows Hw = A J, A from the likelihood)
+    rows = None
+    jacobian_rows = getattr(structure, "jacobian_rows", None)
+    if jacobian_rows is not None and likelihood.whitens_by_matrix and not hasattr(structure, "names"):
+        rows = jacobian_rows(predicted, J)
     quad = None
     if record is not None or _needs_covariance(parts.weighting) or likelihood.needs_predictive:
-        quad = structure.quadratic_form(predicted, J)
+        quad = rows.quad if rows is not None else structure.quadratic_form(predicted, J)
     # 4. weight
     robust = None
     w = sample_weight
@@ -197,6 +202,15 @@ def filter_step(parts: EngineParts, state: FilterState, X, Y, sample_weight=None
         raise FilterStepError("The online observation-variance estimate became non-finite; "
                               "the last good belief is kept.")
     # 6. whiten, weight, update
+    if rows is not None:
+        A, ew = likelihood.whitening_matrix(f, Y, new_noise, quad=quad)
+        if w is not None:
+            sw = torch.as_tensor(w, dtype=f.dtype) ** 0.5
+            A = A * sw[..., None, None]
+            ew = ew * sw[..., None]
+        new_belief, info = rows.update(A, ew, workspace=workspace)
+        out = record(X, f, quad, noise, predicted) if record is not None else None
+        return FilterState(new_belief, new_noise, state.n_seen + X.shape[0]), StepOutput(info, robust, out)
     if likelihood.host_arrays and _host_structure(structure, predicted):
         f_, J_, Y_ = as_numpy(NUMPY_OPS, f, J, Y)  # CPU fast path (skfilter._array_ops)
         out = _buffer(buffers, "Hw", J.shape, J) if _takes_out(type(likelihood).whiten) else None
@@ -235,6 +249,34 @@ def _is_dead(belief) -> bool:
     return sys.getrefcount(belief) <= 3
 
 
+#: beliefs of at least this many bytes are kept between calls as spare workspaces (:func:`run_filter`)
+SPARE_MIN_BYTES = 1 << 24
+
+
+def _belief_bytes(belief) -> int:
+    return sum(t.numel() * t.element_size() for t in belief if isinstance(t, torch.Tensor))
+
+
+def _stream_buffers(structure):
+    """What a stream keeps between calls for ``structure`` (:func:`run_filter`): the ``J``/``Hw``
+    buffers and the spare beliefs, in the structure's table of :data:`~skfilter._array_ops.SCRATCH`
+    (this thread's, held weakly in the structure)."""
+    table = SCRATCH.table(structure)
+    kept = table.get("stream")
+    if kept is None:
+        kept = table["stream"] = {"buffers": {}, "spares": []}
+    return kept
+
+
+def _spare_workspace(spares):
+    """A spare belief (:func:`run_filter`) nothing else references any more, or None."""
+    while spares:
+        belief = spares.pop()
+        if sys.getrefcount(belief) <= 2:  # this variable and the argument of getrefcount
+            return belief
+    return None
+
+
 def run_filter(parts: EngineParts, state: FilterState, X, Y, sample_weight=None, batch_size=1,
                record=None, progress=None, on_step=None):
     """Filter the rows of ``X`` in order, ``batch_size`` rows per step, from ``state``.
@@ -249,7 +291,11 @@ def run_filter(parts: EngineParts, state: FilterState, X, Y, sample_weight=None,
     outs = []
     start = state.n_seen
     initial = state.belief  # held by the caller: never a workspace
-    buffers = {} if on_step is None else None  # J and Hw of every step in the same arrays
+    # J and Hw of every step in the same arrays, kept for the next call; with large beliefs the
+    # last dead one of this call is kept as the next call's first workspace
+    kept = _stream_buffers(parts.structure) if on_step is None else None
+    buffers = None if kept is None else kept["buffers"]
+    spares = kept["spares"] if kept is not None and _belief_bytes(initial) >= SPARE_MIN_BYTES else None
     previous = None
     # the row blocks as views, made at once (cheaper than slicing at every step)
     Xs, Ys = X.split(batch_size), Y.split(batch_size)
@@ -259,6 +305,8 @@ def run_filter(parts: EngineParts, state: FilterState, X, Y, sample_weight=None,
             workspace = None
             if previous is not None and previous is not initial and on_step is None and _is_dead(previous):
                 workspace = previous
+            elif spares:
+                workspace = _spare_workspace(spares)
             previous = None
             new_state, output = filter_step(parts, state, Xb, Yb, wb, record, workspace, buffers)
             previous = state.belief
@@ -278,6 +326,11 @@ def run_filter(parts: EngineParts, state: FilterState, X, Y, sample_weight=None,
         except AttributeError:  # pragma: no cover - exceptions without a __dict__
             pass
         raise
+    if spares is not None and previous is not None and previous is not initial:
+        # the belief of the step before the last, which nothing outside this call ever saw (the
+        # caller's own belief may be held by the user: it is never kept)
+        spares[:] = [previous]
+    previous = initial = workspace = None
     if record is None:
         return state, None
     return state, (torch.cat(outs) if outs else None)

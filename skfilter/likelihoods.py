@@ -95,6 +95,17 @@ class Likelihood:
         step, so that no ``P``-sized array is allocated per step."""
         raise NotImplementedError
 
+    #: whether :meth:`whitening_matrix` is implemented (the whitened rows are ``A J``)
+    whitens_by_matrix = False
+
+    def whitening_matrix(self, f, Y, state=None, quad=None):
+        """``(A (..., n, C, C), ew (..., n, C))`` with :meth:`whiten`'s rows ``Hw = A J`` (to
+        rounding): the whitening as a small matrix, for an engine that forms products of ``J``
+        before it knows ``A`` (:class:`~skfilter.posteriors.lofi.JacobianRows`). ``quad`` is the
+        prior predictive ``J Σ⁻ Jᵀ`` for likelihoods that need it. Implemented where
+        :attr:`whitens_by_matrix`."""
+        raise NotImplementedError(f"{type(self).__name__} does not whiten by a matrix.")
+
     def noise_covariance(self, f, state=None):
         """``R`` of each row in target units, ``(..., n, C, C)``: with the prior predictive
         ``J Σ⁻ Jᵀ`` it gives ``S = J Σ⁻ Jᵀ + R``, which weighting functions see."""
@@ -285,6 +296,16 @@ class Gaussian(Likelihood):
             s = s[..., None, :, :]
         return _scaled_rows(J, s, out), (Y - f) * s[..., 0]
 
+    whitens_by_matrix = True
+
+    def whitening_matrix(self, f, Y, state, quad=None):
+        """``A = diag(r^{−1/2})`` for every row."""
+        s = state["scale"]
+        if s.ndim > 2:
+            s = s[..., None, :, :]
+        s = torch.as_tensor(s, dtype=f.dtype)
+        return torch.diag_embed(s[..., 0]).expand(*f.shape, f.shape[-1]), (Y - f) * s[..., 0]
+
     def noise_covariance(self, f, state):
         return torch.diag_embed(state["r"]).unsqueeze(-3).expand(*f.shape, f.shape[-1])
 
@@ -324,6 +345,14 @@ class Bernoulli(Likelihood):
         sv = v.sqrt()
         return _scaled_rows(J, sv.unsqueeze(-1), out), (Y - p) / sv
 
+    whitens_by_matrix = True
+
+    def whitening_matrix(self, f, Y, state=None, quad=None):
+        """``A = √(p(1 − p))`` (``1 × 1``)."""
+        p = torch.sigmoid(f)
+        sv = (p * (1 - p)).clamp_min(_tiny(f.dtype)).sqrt()
+        return sv.unsqueeze(-1), (Y - p) / sv
+
     def _variance(self, f):
         p = torch.sigmoid(f)
         return (p * (1 - p)).clamp_min(_tiny(f.dtype))
@@ -357,6 +386,15 @@ class Categorical(Likelihood):
         pJ = torch.einsum("...nc,...ncp->...np", p, J)  # pᵀJ for each row
         Hw = torch.sub(J, pJ.unsqueeze(-2), out=out)  # then scaled in place: one P-sized array
         return Hw.mul_(sp.unsqueeze(-1)), (Y - p) / sp
+
+    whitens_by_matrix = True
+
+    def whitening_matrix(self, f, Y, state=None, quad=None):
+        """``A = diag(√p)(I − 1pᵀ)``."""
+        p = torch.softmax(f, dim=-1)
+        sp = p.clamp_min(_tiny(f.dtype)).sqrt()
+        eye = torch.eye(f.shape[-1], dtype=f.dtype, device=f.device)
+        return sp.unsqueeze(-1) * (eye - p.unsqueeze(-2)), (Y - p) / sp
 
     def noise_covariance(self, f, state=None):
         """``diag(p) − p pᵀ`` (singular: ``1ᵀ R = 0``)."""
@@ -431,12 +469,19 @@ class MomentMatchedCategorical(Likelihood):
         return m, G, G + self.epsilon * eye
 
     def whiten(self, f, J, Y, state=None, out=None):
+        LG, ew = self.whitening_matrix(f, Y, state)
+        Hw = torch.matmul(LG, J) if out is None else torch.matmul(LG, J, out=out)
+        return Hw, ew
+
+    whitens_by_matrix = True
+
+    def whitening_matrix(self, f, Y, state=None, quad=None):
+        """``A = L⁻¹ G`` (``R = L Lᵀ``), ``ew = L⁻¹ (y − m)``."""
         m, G, R = self._moments(f)
         L = torch.linalg.cholesky(R)
         LG = torch.linalg.solve_triangular(L, G, upper=False)  # L⁻¹ G
-        Hw = torch.matmul(LG, J) if out is None else torch.matmul(LG, J, out=out)
         ew = torch.linalg.solve_triangular(L, (Y - m).unsqueeze(-1), upper=False)[..., 0]
-        return Hw, ew
+        return LG, ew
 
     def noise_covariance(self, f, state=None):
         """``R = diag(m) − m mᵀ + ε I`` (positive definite)."""
@@ -466,6 +511,14 @@ class Poisson(Likelihood):
         lam = self.mean(f).clamp_min(_tiny(f.dtype))
         sl = lam.sqrt()
         return _scaled_rows(J, sl.unsqueeze(-1), out), (Y - lam) / sl
+
+    whitens_by_matrix = True
+
+    def whitening_matrix(self, f, Y, state=None, quad=None):
+        """``A = diag(√λ)``."""
+        lam = self.mean(f).clamp_min(_tiny(f.dtype))
+        sl = lam.sqrt()
+        return torch.diag_embed(sl), (Y - lam) / sl
 
     def aleatoric_variance(self, f, state):
         return self.mean(f)
@@ -637,6 +690,16 @@ class AssumedDensityCategorical(Likelihood):
         return kappa, (torch.sigmoid(z) if f.shape[-1] == 1 else torch.softmax(z, dim=-1))
 
     def whiten(self, f, J, Y, state=None, out=None, quad=None):
+        A, ew = self.whitening_matrix(f, Y, state, quad)
+        if f.shape[-1] == 1:
+            return _scaled_rows(J, A, out), ew
+        Hw = torch.matmul(A, J) if out is None else torch.matmul(A, J, out=out)
+        return Hw, ew
+
+    whitens_by_matrix = True
+
+    def whitening_matrix(self, f, Y, state=None, quad=None):
+        """``A = T Gᵀ`` (one logit: ``κ √(r / (1 − s κ² r))``), ``ew = T ẽ`` (class docstring)."""
         if quad is None:
             raise ValueError("AssumedDensityCategorical.whiten needs the rows' prior predictive quad = J Σ Jᵀ.")
         kappa, p = self._tempered(f, quad)
@@ -645,12 +708,14 @@ class AssumedDensityCategorical(Likelihood):
             s = quad[..., 0]  # (..., n, 1)
             r = (p * (1 - p)).clamp_min(tiny)
             keep = (1.0 - s * kappa * kappa * r).clamp_min(tiny)
-            return _scaled_rows(J, (kappa * (r / keep).sqrt()).unsqueeze(-1), out), (Y - p) / (r * keep).sqrt()
+            return (kappa * (r / keep).sqrt()).unsqueeze(-1), (Y - p) / (r * keep).sqrt()
         C = f.shape[-1]
         sp = p.clamp_min(tiny).sqrt()
-        # Gᵀ J = diag(√p̃)(I − 1p̃ᵀ) K Π J;  Gᵀ S G from K Π S Π K the same way on both sides
-        KJ = kappa.unsqueeze(-1) * (J - J.mean(-2, keepdim=True))
-        H0 = sp.unsqueeze(-1) * (KJ - torch.einsum("...nc,...ncp->...np", p, KJ).unsqueeze(-2))
+        # Gᵀ = diag(√p̃)(I − 1p̃ᵀ) K Π (C × C, Π = I − 11ᵀ/C): the whitened rows are one product
+        # (T Gᵀ) J, so no temporary of J's size is made (P can be 10⁶);  Gᵀ S G from K Π S Π K the
+        # same way on both sides
+        KP = kappa.unsqueeze(-1) * (torch.eye(C, dtype=f.dtype, device=f.device) - 1.0 / C)
+        Gt = sp.unsqueeze(-1) * (KP - (p.unsqueeze(-1) * KP).sum(-2, keepdim=True))
         Q = quad - quad.mean(-1, keepdim=True)
         Q = Q - Q.mean(-2, keepdim=True)
         Q = kappa.unsqueeze(-1) * Q * kappa.unsqueeze(-2)
@@ -660,8 +725,7 @@ class AssumedDensityCategorical(Likelihood):
         k, W = torch.linalg.eigh(0.5 * (Ks + Ks.mT))
         T = (W * (1.0 - k.clamp(0.0, self._MAX_CONTRACTION)).rsqrt().unsqueeze(-2)) @ W.mT
         ew = (T @ ((Y - p) / sp).unsqueeze(-1))[..., 0]
-        Hw = torch.matmul(T, H0) if out is None else torch.matmul(T, H0, out=out)
-        return Hw, ew
+        return T @ Gt, ew
 
     def predictive_mean(self, f, quad, state=None):
         """The probit predictive's class probabilities ``p̃`` (one logit: of the positive class)."""

@@ -105,6 +105,20 @@ def test_speed_mnist_network_on_a_small_classifier():
     assert math.isfinite(rows["LoFi r2 clf"]["ratio_vs_mlp"])
     assert res["settings"]["suites"] == ["mnist"] and "784-500-500-10" in res["settings"]["mnist_model"]
     assert speed.MNIST_CONFIGS[0].make("cpu", "float64", 0, 1).hidden_layer_sizes == (500, 500)
+    # against the products' floor, and in float32 against the run's dtype
+    floored = speed.lofi_classifier_config(2, 0.01, hidden=(6,), relative_to=speed.MNIST_FLOOR_ROW,
+                                           relative_target=1.3)
+    single = speed.lofi_classifier_config(2, 0.01, hidden=(6,), dtype="float32", relative_to="LoFi r2 clf",
+                                          relative_target=0.6)
+    res = speed.run_speed(configs=[floored, single], n_rows=3, repeats=1, verbose=False, network="mnist",
+                          baseline=False)
+    rows = {r["config"]: r for r in res["results"]}
+    assert set(rows) == {"LoFi r2 clf", "LoFi r2 clf float32", speed.MNIST_FLOOR_ROW}
+    floor = rows[speed.MNIST_FLOOR_ROW]
+    assert floor["n_params"] == 785 * 6 + 7 * 10 and floor["us_per_step"] > 0
+    assert rows["LoFi r2 clf"]["ratio"] == pytest.approx(rows["LoFi r2 clf"]["us_per_step"] / floor["us_per_step"])
+    assert rows["LoFi r2 clf float32"]["dtype"] == "float32" and rows["LoFi r2 clf"]["dtype"] == "float64"
+    assert speed.MNIST_CONFIGS[1].make("cpu", "float64", 0, 1).dtype == "float32"
     with pytest.raises(ValueError, match="network"):
         speed.run_speed(network="imagenet", verbose=False)
     assert build_parser().parse_args(["speed", "--network", "mnist"]).network == "mnist"

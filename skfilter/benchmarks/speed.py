@@ -50,8 +50,11 @@ and its load, ratios much less. The targets of issue 18 were set when that refer
 ``mnist`` (not in the default run; also ``--network mnist``)
     LoFi rank 10 on the 784-500-500-10 classification MLP of the LoFi paper's image experiments
     (``P = 648,010``), on a synthetic stream of 784 standard-normal features and ten classes (the
-    cost does not depend on the data), ms/step (target ≤ 20 ms, float32 ≤ 10 ms, on a GPU ≤ 0.14 ms),
-    beside ``MLPClassifier((500, 500)).partial_fit``. Default 10 timed rows per call.
+    cost does not depend on the data), ms/step, beside the step's own matrix products at the same
+    shapes with the same BLAS, timed in the same process (:func:`lofi_products_floor`; target ≤ 1.3×
+    them), the same step in float32 (target ≤ 0.6× float64: "about half") and
+    ``MLPClassifier((500, 500)).partial_fit``; on a GPU ≤ 0.14 ms. Default 100 timed rows per call
+    (issue 31: no page fault per step over a 100-row call).
 
 Every row also gets the process's minor page faults per step and the system-CPU share of the timed
 calls (:func:`~skfilter.benchmarks._common.time_repeats_usage`): a step that allocates fresh large
@@ -93,8 +96,9 @@ WARMUP_ROWS = 50
 MNIST_WARMUP_ROWS = 10
 #: rows per timed call on concrete (``concrete`` and ``streaming`` sections) when ``n_rows`` is None
 DEFAULT_N_ROWS = 500
-#: rows per timed call of the ``mnist`` section when ``n_rows`` is None (a CPU step takes ~0.2 s)
-DEFAULT_MNIST_ROWS = 10
+#: rows per timed call of the ``mnist`` section when ``n_rows`` is None (a CPU step takes ~0.1 s;
+#: issue 31 counts the page faults of a 100-row call)
+DEFAULT_MNIST_ROWS = 100
 #: µs/row of ``MLPRegressor((50,)).partial_fit`` on concrete when issue 18's targets were measured
 ISSUE_MLP_US = 561.0
 #: name of the reference row (the unit of the ratios)
@@ -210,17 +214,67 @@ def factored_config(kind, rank, prior_variance, target_ratio=None, batch_size=1,
                        "LoFi r10" if target_ratio else None, target_ratio)
 
 
-def lofi_classifier_config(rank, prior_variance, hidden=(500, 500), batch_size=1, target_us=None) -> SpeedConfig:
+def lofi_classifier_config(rank, prior_variance, hidden=(500, 500), batch_size=1, target_us=None, dtype=None,
+                           relative_to=None, relative_target=None) -> SpeedConfig:
     """A :class:`SpeedConfig` of :class:`~skfilter.LoFiClassifier` (rank ``rank``) on an MLP with
-    the given hidden widths (the ``mnist`` configuration)."""
+    the given hidden widths (the ``mnist`` configuration); ``dtype`` fixes its dtype whatever the
+    run's (its name then says it)."""
 
-    def make(device, dtype, seed, batch_size):
+    def make(device, run_dtype, seed, batch_size):
         from .. import LoFiClassifier
 
         return LoFiClassifier(hidden_layer_sizes=hidden, rank=rank, prior_variance=prior_variance,
-                              batch_size=batch_size, device=device, dtype=dtype, random_state=seed)
+                              batch_size=batch_size, device=device, dtype=dtype or run_dtype, random_state=seed)
 
-    return SpeedConfig(f"LoFi r{rank} clf", make, batch_size, target_us, f"lofi-diagonal L={rank}")
+    name = f"LoFi r{rank} clf" + (f" {dtype}" if dtype else "")
+    return SpeedConfig(name, make, batch_size, target_us, f"lofi-diagonal L={rank}", relative_to, relative_target)
+
+
+def lofi_products_floor(layer_shapes, rank, n_classes, dtype="float64", repeats=5, seed=0) -> float:
+    """Seconds per step of the matrix products of a LoFi step (rank ``rank``, ``C = n_classes``
+    logits, one row) on an MLP with ``layer_shapes`` ``[(out, in), …]``, at the step's shapes with
+    the same BLAS (NumPy's), in this process: the one-pass step's two ``P``-long products
+    (:class:`~skfilter.posteriors.lofi.JacobianRows`) — ``[Wᵀ; J] [Υ⁻¹[Wᵀ; J]; [Wᵀ; J]]ᵀ``
+    (``k × 2k × P``, ``k = L + C``) and the rotation ``(ṼᵀT) [Wᵀ; J]`` (``k × k × P``) with the mean's
+    ``P × k`` product — and the Jacobian's outer products ``δ_l ⊗ a_{l−1}`` and sensitivities
+    ``δ_l W_l`` (:func:`~skfilter.models.mlp_forward_jacobian`). Each product is timed alone (the
+    best of ``repeats``), operands prepared beforehand; their sum is the floor the ``mnist`` row is
+    compared with (issue 31: the step within 1.3× of it)."""
+    np_dtype = np.dtype(dtype)
+    g = np.random.default_rng(seed)
+    P = sum(o * i + o for o, i in layer_shapes)
+    k = rank + n_classes
+    rows = g.standard_normal((k, P)).astype(np_dtype)
+    both = g.standard_normal((2 * k, P)).astype(np_dtype)
+    small = g.standard_normal((k, k)).astype(np_dtype)
+    coef = g.standard_normal((k, 1)).astype(np_dtype)
+    out_rows = np.empty((k, P), dtype=np_dtype)
+    J = np.empty((n_classes, P), dtype=np_dtype)
+    layers = [(g.standard_normal((o, i)).astype(np_dtype), g.standard_normal(i).astype(np_dtype),
+               g.standard_normal((n_classes, o)).astype(np_dtype)) for o, i in layer_shapes]
+
+    def jacobian():
+        start = 0
+        for W, a, delta in layers:
+            o, i = W.shape
+            view = J[:, start:start + o * i].reshape(n_classes, o, i)
+            np.multiply(delta[:, :, None], a[None, None, :], out=view)
+            J[:, start + o * i:start + o * i + o] = delta
+            delta @ W  # the sensitivities of the layer below
+            start += o * i + o
+
+    products = [lambda: rows @ both.T, lambda: np.matmul(small, rows, out=out_rows), lambda: rows.T @ coef,
+                jacobian]
+    total = 0.0
+    for fn in products:
+        fn()
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        total += min(times)
+    return total
 
 
 def with_batch_sizes(configs, batch_sizes) -> list:
@@ -265,8 +319,17 @@ CONFIGS = [
     factored_config("LoLoFi", 10, 0.1, target_ratio=FACTORED_TARGET_RATIO),
 ]
 
-#: the ``mnist`` section: the 784-500-500-10 classifier of the LoFi paper's image experiments
-MNIST_CONFIGS = [lofi_classifier_config(10, 0.01)]
+#: the ``mnist`` section's floor row: the step's own matrix products (:func:`lofi_products_floor`)
+MNIST_FLOOR_ROW = "LoFi r10 clf products"
+#: issue 31: the step within this ratio of its products' floor
+MNIST_FLOOR_TARGET_RATIO = 1.3
+#: issue 31: float32 at about half of float64 (this ratio of the float64 step)
+MNIST_FLOAT32_TARGET_RATIO = 0.6
+#: the ``mnist`` section: the 784-500-500-10 classifier of the LoFi paper's image experiments, in
+#: the run's dtype against its products' floor, and in float32 against it
+MNIST_CONFIGS = [lofi_classifier_config(10, 0.01, relative_to=MNIST_FLOOR_ROW, relative_target=MNIST_FLOOR_TARGET_RATIO),
+                 lofi_classifier_config(10, 0.01, dtype="float32", relative_to="LoFi r10 clf",
+                                        relative_target=MNIST_FLOAT32_TARGET_RATIO)]
 
 #: networks of the legacy ``--network`` option (``'mnist'`` = ``--suite mnist``)
 NETWORKS = ("concrete", "mnist")
@@ -438,7 +501,7 @@ def prepare_config(cfg: SpeedConfig, stream, n_rows=DEFAULT_N_ROWS, device="cpu"
     Xw, yw = _rows(stream, 0, warmup_rows)
     X, y = _rows(stream, warmup_rows, n_rows)
     row = _row(section, cfg.name, structure=cfg.structure, batch_size=cfg.batch_size, device=str(device),
-               dtype=str(dtype), target_us=cfg.target_us, n_rows=n_rows, unit=unit)
+               dtype=str(getattr(est, "dtype", None) or dtype), target_us=cfg.target_us, n_rows=n_rows, unit=unit)
     if cfg.relative_to is not None:
         row.update(ref=cfg.relative_to, target_ratio=cfg.relative_target)
     else:
@@ -472,6 +535,20 @@ def prepare_config(cfg: SpeedConfig, stream, n_rows=DEFAULT_N_ROWS, device="cpu"
         return row
 
     return _Prepared(fn, finish)
+
+
+def _mnist_floor_row(cfg, stream, device, dtype, seed, repeats) -> dict:
+    """The ``mnist`` section's :data:`MNIST_FLOOR_ROW`: :func:`lofi_products_floor` at the shapes of
+    ``cfg``'s network (read from an estimator fitted on the warm-up rows)."""
+    est = cfg.make(device, dtype, seed, 1)
+    est.fit(*_rows(stream, 0, MNIST_WARMUP_ROWS))
+    layer_shapes = [tuple(p.shape) for name, p in est.module_.named_parameters() if name.endswith("weight")]
+    rank, C = est.rank, len(est.classes_)
+    seconds = lofi_products_floor(layer_shapes, rank, C, dtype=str(dtype), repeats=repeats, seed=seed)
+    us = 1e6 * seconds
+    return _row("mnist", MNIST_FLOOR_ROW, structure=f"k×2k×P + k×k×P + P×k, J (k = L + C = {rank + C})",
+                device=str(device), dtype=str(dtype), n_params=int(est.n_params_), unit="ms/step", value=us * 1e-3,
+                us_per_step=us, us_per_row=us)
 
 
 def run_prepared(prepared, repeats=5, device="cpu") -> list:
@@ -1218,7 +1295,7 @@ def run_speed(configs=None, n_rows=None, repeats=5, device="cpu", dtype="float64
             target = MNIST_TARGET_US["cuda" if str(device).startswith("cuda") else str(dtype)]
             prepared = []
             for cfg in mnist_configs:
-                if cfg.target_us is None and cfg.batch_size == 1:
+                if cfg.target_us is None and cfg.batch_size == 1 and cfg.relative_to is None:
                     cfg = dataclasses.replace(cfg, target_us=target)
                 prepared.append(prepare_config(cfg, stream, rows_mnist, device, dtype, seed,
                                                warmup_rows=MNIST_WARMUP_ROWS, section="mnist", unit="ms/step"))
@@ -1228,6 +1305,9 @@ def run_speed(configs=None, n_rows=None, repeats=5, device="cpu", dtype="float64
             say(f"  timing {', '.join(c.name for c in mnist_configs)}"
                 + (", MLPClassifier((500, 500)).partial_fit" if baseline else "") + " (interleaved) ...", flush=True)
             results.extend(run_prepared(prepared, repeats, device))
+            floored = [c for c in mnist_configs if c.relative_to == MNIST_FLOOR_ROW]
+            if floored and not str(device).startswith("cuda"):
+                results.append(_mnist_floor_row(floored[0], stream, device, dtype, seed, repeats))
         synchronize(device)
     _relate(results)
     env = environment()

@@ -138,8 +138,57 @@ def _is_stiff(ops, square, n):
     return math.isfinite(excess) and excess > stiffness_limit(square.dtype)
 
 
+class _StackedRows:
+    """Column blocks of ``W̃ᵀ = [Wᵀ; rows]`` (``k = L + m`` rows of length ``P``) for the passes of
+    :func:`lofi_update` and :func:`lofi_jacobian_products`, through one ``2k × c`` block temporary
+    (:func:`~skfilter._array_ops.chunk_width` columns) that stays in the cache: ``fill(s, e)``
+    writes ``W̃ᵀ`` of the columns ``s:e`` into its last ``k`` rows and ``(Υ⁻¹ W̃)ᵀ`` into its first
+    ``k`` (``scale=False``: only ``W̃ᵀ``)."""
+
+    def __init__(self, ops, io, diagonal, low_rank, rows, scratch):
+        L, m, P = low_rank.shape[-2], rows.shape[-2], low_rank.shape[-1]
+        self.L, self.k, self.io = L, L + m, io
+        self.low_rank, self.rows, self.diagonal = low_rank, rows, diagonal
+        batch = tuple(rows.shape[:-2])
+        temp = scratch if scratch is not None else (lambda name, shape, like: ops.empty(shape, like=like))
+        self.per_param = diagonal.shape[-1] == P  # Υ (..., P); spherical η (..., 1)
+        self.inv_all = None if self.per_param else 1.0 / diagonal
+        c = self.width = P if io is _Fresh else chunk_width(2 * self.k, P, rows)
+        self.single = c >= P
+        self.spans = [(0, P)] if self.single else [(s, min(P, s + c)) for s in range(0, P, c)]
+        self.cut = _whole if self.single else _columns
+        self.block = temp("lofi.block", batch + (2 * self.k, c), rows)
+        self.inv = temp("lofi.inv", batch + (c,), rows) if self.per_param else None
+
+    def fill(self, s, e, scale=True):
+        """``(W̃ᵀ, (Υ⁻¹ W̃)ᵀ)`` of the columns ``s:e`` into the block; the block's columns."""
+        k, L, c, cut, io = self.k, self.L, self.width, self.cut, self.io
+        blk = self.block if e - s == c else self.block[..., :e - s]
+        Fc = blk[..., k:, :]
+        Fc[..., :L, :] = cut(self.low_rank, s, e)
+        Fc[..., L:, :] = cut(self.rows, s, e)
+        if scale:
+            if self.per_param:
+                ic = io.reciprocal(cut(self.diagonal, s, e), self.inv if e - s == c else self.inv[..., :e - s])
+            else:
+                ic = self.inv_all
+            io.multiply(Fc, ic[..., None, :], blk[..., :k, :])
+        return Fc, blk
+
+    def products(self, gram=True):
+        """``W̃ᵀ [Υ⁻¹ W̃, W̃]`` (``(k, 2k)``; ``gram=False``: ``W̃ᵀ Υ⁻¹ W̃`` only, ``(k, k)``), a sum
+        over the blocks."""
+        k = self.k
+        total = None
+        for s, e in self.spans:
+            Fc, blk = self.fill(s, e)
+            part = Fc @ (blk if gram else blk[..., :k, :]).swapaxes(-1, -2)
+            total = part if total is None else total + part
+        return total
+
+
 def lofi_update(ops, mean, diagonal, low_rank, Hw, ew, variant="diagonal", truncate=True, out=None,
-                scratch=None):
+                scratch=None, row_map=None, products=None):
     """One LoFi update (Alg. 3 / Alg. 7) of the predicted belief ``N(μ⁻, (Υ⁻ + W⁻W⁻ᵀ)⁻¹)`` with the
     ``m`` whitened rows ``Hw (..., m, P)``, ``ew (..., m)``; ``low_rank = W⁻ᵀ (..., L, P)``; arrays of
     the backend ``ops`` (:mod:`~skfilter._array_ops`; the NumPy one takes no leading axes).
@@ -188,6 +237,16 @@ def lofi_update(ops, mean, diagonal, low_rank, Hw, ew, variant="diagonal", trunc
     the products, and nothing at all when one block spans ``P``. (The square-root forms below take
     ``W̃ᵀ`` whole.)
 
+    **Rows given by their Jacobian** (``row_map``, ``products``; :func:`lofi_jacobian_products`):
+    every built-in likelihood whitens by a small matrix, ``Hw = A J`` (``A`` ``m × m``, block
+    diagonal over the rows; :meth:`~skfilter.likelihoods.Likelihood.whitening_matrix`). Then
+    ``Hw`` may be passed as ``J (m, P)`` with ``row_map = A`` and ``products`` the first pass's
+    ``[Wᵀ; J] [Υ⁻¹[Wᵀ; J]; [Wᵀ; J]]ᵀ``, which the predictive ``J Σ Jᵀ`` was computed from: with
+    ``T = diag(I_L, A)`` (so ``W̃ᵀ = T [Wᵀ; J]``) the step's ``k × k`` products are ``T Π Tᵀ``, the
+    rotation ``Ṽᵀ W̃ᵀ = (Ṽᵀ T) [Wᵀ; J]`` and the mean's ``W̃ c = [W, Jᵀ] (Tᵀ c)``: the same
+    quantities as from ``Hw`` (to rounding), with one pass over ``P`` instead of three (the
+    predictive's, the whitening's and the first pass).
+
     Returns ``(μ, Υ, Wᵀ, F)`` (``Υ, Wᵀ`` None unless ``truncate``), after one check that every
     result is finite and ``G⁻¹`` positive definite (:class:`~skfilter.exceptions.FilterStepError`
     otherwise). ``Υ`` stays positive by construction, so only finiteness is checked; ``W`` is not
@@ -200,39 +259,27 @@ def lofi_update(ops, mean, diagonal, low_rank, Hw, ew, variant="diagonal", trunc
     P = low_rank.shape[-1]
     batch = tuple(Hw.shape[:-2])
     gram_needed = truncate and variant == "diagonal"
-    width = 2 * k if gram_needed else k
     io = _in_place_ops(ops, mean, diagonal, low_rank, Hw, ew)
     if io is _Fresh:
         scratch = out = None
     temp = scratch if scratch is not None else (lambda name, shape, like: ops.empty(shape, like=like))
     mean_out, diag_out, low_rank_out = (None, None, None) if out is None else out
-    per_param = diagonal.shape[-1] == P  # Υ (..., P); spherical η (..., 1)
-    inv_all = None if per_param else 1.0 / diagonal
-    c = P if io is _Fresh else chunk_width(2 * k, P, Hw)
-    single = c >= P
-    spans = [(0, P)] if single else [(s, min(P, s + c)) for s in range(0, P, c)]
-    cut = _whole if single else _columns
-    # block = [(Υ⁻¹ W̃)ᵀ; W̃ᵀ] over the columns of one block, (2k, c): one product W̃ᵀ blockᵀ gives
-    # W̃ᵀ Υ⁻¹ W̃ and the Gram W̃ᵀ W̃
-    block = temp("lofi.block", batch + (2 * k, c), Hw)
-    inv = temp("lofi.inv", batch + (c,), Hw) if per_param else None
-
-    def fill(s, e, scale=True):
-        """``(W̃ᵀ, (Υ⁻¹ W̃)ᵀ)`` of the columns ``s:e`` into ``block``, and the block's columns."""
-        blk = block if e - s == c else block[..., :e - s]
-        Fc = blk[..., k:, :]
-        Fc[..., :L, :] = cut(low_rank, s, e)
-        Fc[..., L:, :] = cut(Hw, s, e)
-        if scale:
-            ic = io.reciprocal(cut(diagonal, s, e), inv if e - s == c else inv[..., :e - s]) if per_param else inv_all
-            io.multiply(Fc, ic[..., None, :], blk[..., :k, :])
-        return Fc, blk
-
-    products = None  # W̃ᵀ [Υ⁻¹ W̃, W̃], (k, width): a sum over blocks
-    for s, e in spans:
-        Fc, blk = fill(s, e)
-        part = Fc @ (blk if width == 2 * k else blk[..., :width, :]).swapaxes(-1, -2)
-        products = part if products is None else products + part
+    passes = _StackedRows(ops, io, diagonal, low_rank, Hw, scratch)
+    single, spans, cut, fill, block = passes.single, passes.spans, passes.cut, passes.fill, passes.block
+    c, per_param, inv, inv_all = passes.width, passes.per_param, passes.inv, passes.inv_all
+    mix = None  # T = diag(I_L, A): W̃ᵀ = T [Wᵀ; rows] (rows given by their Jacobian)
+    if row_map is None:
+        products = passes.products(gram_needed)
+        factors_t = block[..., k:, :] if single else None  # W̃ᵀ whole, when one block holds it
+    else:
+        mix = ops.zeros(batch + (k, k), like=Hw)
+        mix[..., :L, :L] = ops.eye(L, like=Hw)
+        mix[..., L:, L:] = row_map
+        mix_t = mix.swapaxes(-1, -2)
+        inner_rows = mix @ products[..., :, :k] @ mix_t
+        gram_rows = mix @ products[..., :, k:2 * k] @ mix_t if gram_needed else None
+        products = inner_rows if gram_rows is None else ops.concat_columns(inner_rows, gram_rows)
+        factors_t = None  # no block holds W̃ᵀ: the second pass fills [Wᵀ; rows]
     inner = products[..., :, :k]  # W̃ᵀ Υ⁻¹ W̃, (k, k)
     rhs = inner[..., :, L:] @ ew[..., None]  # W̃ᵀ Υ⁻¹ b, (k, 1)
     if gram_needed:
@@ -241,13 +288,13 @@ def lofi_update(ops, mean, diagonal, low_rank, Hw, ew, variant="diagonal", trunc
         gram = inner * diagonal[..., None]
     system = inner + ops.eye(k, like=Hw)
     stiff = _is_stiff(ops, system, k)
-    factors_t = block[..., k:, :] if single else None  # W̃ᵀ whole, when one block holds it
     coef = None
     if stiff:  # square-root form: [Υ^(-1/2) W̃; I] = Q R, F = Rᵀ; the mean by the gain Υ^(-1/2) Q[:P, L:]
         if factors_t is None:  # the square-root forms take W̃ᵀ whole (stiff rows only)
             factors_t = ops.empty(batch + (k, P), like=Hw)
             factors_t[..., :L, :] = low_rank
-            factors_t[..., L:, :] = Hw
+            factors_t[..., L:, :] = Hw if row_map is None else row_map @ Hw
+            mix = None  # W̃ᵀ itself from here on
         root = _torch(1.0 / diagonal).sqrt()
         F, Q = identity_plus_gram_factor(_torch(factors_t) * root[..., None, :], with_q=True)
         z = torch.linalg.solve_triangular(F[..., L:, L:], _torch(ew)[..., None], upper=False)  # C⁻¹ ew
@@ -269,6 +316,8 @@ def lofi_update(ops, mean, diagonal, low_rank, Hw, ew, variant="diagonal", trunc
         else:
             V = ops.eigh_descending(gram, "LoFi truncation (eigh of W̃ᵀW̃)")
         Vt = V.swapaxes(-1, -2)  # (Ũ Λ̃)ᵀ = Ṽᵀ W̃ᵀ: its first L rows are kept, the others dropped
+        if mix is not None:  # Ṽᵀ W̃ᵀ = (Ṽᵀ T) [Wᵀ; rows]
+            Vt = Vt @ mix
         new_low_rank = low_rank_out
         if low_rank_out is None and not single:
             new_low_rank = ops.empty(batch + (L, P), like=Hw)
@@ -276,6 +325,8 @@ def lofi_update(ops, mean, diagonal, low_rank, Hw, ew, variant="diagonal", trunc
         if diagonal_variant:
             new_diagonal = diag_out if diag_out is not None else ops.empty(diagonal.shape, like=diagonal)
             mass = temp("lofi.mass", batch + (c,), Hw) if m > 1 else None
+    if coef is not None and mix is not None:  # W̃ c = [W, rowsᵀ] (Tᵀ c)
+        coef = mix.swapaxes(-1, -2) @ coef
     if coef is not None or truncate:  # second pass: μ = μ⁻ + (Υ⁻¹ W̃) c, Wᵀ = Ṽ[:, :L]ᵀ W̃ᵀ, eq. 39
         step = temp("lofi.step", batch + (c, 1), Hw) if coef is not None else None
         for s, e in spans:
@@ -313,6 +364,102 @@ def lofi_update(ops, mean, diagonal, low_rank, Hw, ew, variant="diagonal", trunc
         return new_mean, None, None, factor
     ops.check_finite([new_mean, new_diagonal], ok, "LoFi update system")
     return new_mean, new_diagonal, new_low_rank, factor
+
+
+#: LoFi beliefs of at least this many parameters take the Jacobian-rows step (:class:`JacobianRows`):
+#: one pass over ``P`` gives the predictive and the update's products (smaller beliefs run on the
+#: compiled kernels, :mod:`skfilter.kernels`, whose operations follow the three-pass order)
+JACOBIAN_ROWS_MIN_PARAMS = 100_000
+
+
+def lofi_jacobian_products(ops, diagonal, low_rank, J, gram=True, scratch=None):
+    """The first pass of :func:`lofi_update` over the Jacobian rows ``J (m, P)`` instead of the
+    whitened ones: ``Π = [Wᵀ; J] [Υ⁻¹[Wᵀ; J]; [Wᵀ; J]]ᵀ`` (``(k, 2k)``, ``k = L + m``; ``gram=False``:
+    the first ``k`` columns only), and from it the prior predictive ``J Σ Jᵀ`` (``(m, m)``) by
+    Woodbury (B.1, eq. 61) — ``Π_JJ − Π_JW M⁻¹ Π_WJ`` with ``M = I + Π_WW`` — the quantity of
+    :func:`lowrank_quadratic_form` from the same products.
+
+    Returns ``(Π, JΣJᵀ)``, or ``None`` when ``M`` is stiff (:func:`_is_stiff`: the caller then takes
+    the square-root forms of :func:`lowrank_quadratic_form` and :func:`lofi_update`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfilter._array_ops import NUMPY_OPS
+    >>> from skfilter.posteriors.lofi import lofi_jacobian_products, lofi_update
+    >>> g = np.random.default_rng(0)
+    >>> mean, ups, WT = g.standard_normal(50), g.random(50) + 0.5, g.standard_normal((3, 50)) / 7
+    >>> J, A, e = g.standard_normal((2, 50)) / 7, g.standard_normal((2, 2)), g.standard_normal(2)
+    >>> products, quad = lofi_jacobian_products(NUMPY_OPS, ups, WT, J)
+    >>> Sigma = np.linalg.inv(np.diag(ups) + WT.T @ WT)
+    >>> bool(np.allclose(quad, J @ Sigma @ J.T))
+    True
+    >>> by_rows = lofi_update(NUMPY_OPS, mean, ups, WT, J, e, row_map=A, products=products)
+    >>> whitened = lofi_update(NUMPY_OPS, mean, ups, WT, A @ J, e)
+    >>> all(np.allclose(a, b) for a, b in zip(by_rows[:3], whitened[:3]))
+    True
+    """
+    L = low_rank.shape[-2]
+    io = _in_place_ops(ops, diagonal, low_rank, J)
+    products = _StackedRows(ops, io, diagonal, low_rank, J, None if io is _Fresh else scratch).products(gram)
+    k = products.shape[-2]
+    inner = products[..., :, :k]
+    quad = inner[..., L:, L:]
+    if L:
+        M = inner[..., :L, :L] + ops.eye(L, like=J)
+        if _is_stiff(ops, M, L):
+            return None
+        X, ok, _ = ops.spd_solve(M, inner[..., :L, L:], "LoFi low-rank system")  # M⁻¹ Π_WJ, (L, m)
+        if int(ok) != 0:
+            return None
+        quad = quad - inner[..., L:, :L] @ X
+    return products, quad
+
+
+class JacobianRows:
+    """One step's Jacobian rows ``J`` and their products with a LoFi belief
+    (:func:`lofi_jacobian_products`), from :meth:`LowRankPrecision.jacobian_rows`: :attr:`quad` is
+    the prior predictive ``J Σ⁻ Jᵀ`` (``(n, C, C)``, a tensor) and :meth:`update` the LoFi update
+    with the whitened rows ``Hw = A J`` given by ``A`` (:func:`lofi_update` with ``row_map``), so a
+    step passes over ``P`` twice instead of four times (the predictive, the whitening, the update's
+    two passes).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from skfilter.posteriors.lofi import LowRankPrecision
+    >>> import skfilter.posteriors.lofi as lofi
+    >>> s = LowRankPrecision(rank=2)
+    >>> b = s.prior(torch.zeros(6, dtype=torch.float64), 1.0)
+    >>> J = torch.randn(1, 1, 6, dtype=torch.float64)
+    >>> lofi.JACOBIAN_ROWS_MIN_PARAMS, saved = 0, lofi.JACOBIAN_ROWS_MIN_PARAMS
+    >>> rows = s.jacobian_rows(b, J)
+    >>> bool(torch.allclose(rows.quad, s.quadratic_form(b, J)))
+    True
+    >>> A, ew = torch.full((1, 1, 1), 2.0, dtype=torch.float64), torch.ones(1, 1, dtype=torch.float64)
+    >>> new, _ = rows.update(A, ew)
+    >>> ref, _ = s.update(b, (A @ J).reshape(1, 6), ew.reshape(1))
+    >>> bool(torch.allclose(new.mean, ref.mean))
+    True
+    >>> lofi.JACOBIAN_ROWS_MIN_PARAMS = saved
+    """
+
+    def __init__(self, structure, belief, J_rows, products, quad, n, C):
+        self.structure, self.belief, self.rows, self.products = structure, belief, J_rows, products
+        self.n, self.C = n, C
+        blocks = quad.reshape(n, C, n, C)
+        idx = np.arange(n)
+        self.quad = torch.from_numpy(np.ascontiguousarray(blocks[idx, :, idx, :]))  # the rows' own blocks
+
+    def update(self, A, ew, workspace=None):
+        """The update with ``Hw = A J`` (``A (n, C, C)``, ``ew (n, C)``, tensors): ``(belief, info)``
+        as :meth:`LowRankPrecision.update`."""
+        A_, ew_ = as_numpy(NUMPY_OPS, A, ew)
+        row_map = np.zeros((self.n * self.C,) * 2, dtype=self.rows.dtype)
+        for i in range(self.n):
+            row_map[i * self.C:(i + 1) * self.C, i * self.C:(i + 1) * self.C] = A_[i]
+        return self.structure._update_arrays(self.belief, self.rows, ew_.reshape(-1), workspace, row_map,
+                                             self.products)
 
 
 def lowrank_quadratic_form(ops, J, diagonal, low_rank, scratch=None):
@@ -605,6 +752,10 @@ class LowRankPrecision(Structure):
         written into its arrays where they fit (:func:`~skfilter.posteriors._base.reusable_array`);
         the temporaries of the update are reused across steps (:class:`~skfilter._array_ops.Scratch`),
         so a step of a stream allocates nothing of size ``P``."""
+        return self._update_arrays(belief, Hw, ew, workspace)
+
+    def _update_arrays(self, belief, Hw, ew, workspace=None, row_map=None, products=None):
+        """:meth:`update`; with ``row_map`` (:class:`JacobianRows`), ``Hw`` holds the Jacobian rows."""
         mean, ups, WT, eta_pp, m0, n_steps = belief
         ops = self._ops(belief)
         if ops is TORCH_OPS and isinstance(Hw, np.ndarray):
@@ -615,7 +766,7 @@ class LowRankPrecision(Structure):
         with ops.quiet():
             new_mean, new_ups, new_WT, factor = lofi_update(
                 ops, *as_numpy(ops, mean, ups, WT, Hw, ew), variant=self.variant, truncate=full_svd, out=out,
-                scratch=self._scratch(ops))
+                scratch=self._scratch(ops), row_map=row_map, products=products)
         new_mean = _result(ops, new_mean, outs[0])
         if full_svd:
             new_WT = _result(ops, new_WT, outs[2])
@@ -683,6 +834,24 @@ class LowRankPrecision(Structure):
                 U[:, k] = v / nv
                 lam[k] = nv
         return U * lam
+
+    def jacobian_rows(self, belief, J):
+        """:class:`JacobianRows` of the Jacobian ``J (n, C, P)`` at a single belief held as NumPy
+        views (:meth:`uses_host_arrays`) of at least :data:`JACOBIAN_ROWS_MIN_PARAMS` parameters
+        under the truncating update (``svd='full'``); ``None`` otherwise, or when the low-rank
+        system is stiff (the engine then takes :meth:`quadratic_form` and :meth:`update`)."""
+        P = belief.mean.shape[-1]
+        if (P < JACOBIAN_ROWS_MIN_PARAMS or self.svd != "full" or belief.mean.dim() != 1 or J.dim() != 3
+                or J.requires_grad or J.device.type != "cpu" or not self.uses_host_arrays(belief)):
+            return None
+        n, C, _ = J.shape
+        rows, ups, WT = as_numpy(NUMPY_OPS, J.reshape(n * C, P), belief.diagonal, belief.low_rank)
+        with NUMPY_OPS.quiet():
+            found = lofi_jacobian_products(NUMPY_OPS, ups, WT, rows, gram=self.variant == "diagonal",
+                                           scratch=self._scratch(NUMPY_OPS))
+        if found is None or not np.isfinite(found[1]).all():
+            return None
+        return JacobianRows(self, belief, rows, found[0], found[1], n, C)
 
     # -- predictive ------------------------------------------------------------------------------
     def quadratic_form(self, belief, J):
