@@ -50,10 +50,13 @@ run-length rule): one belief, shrunk every step towards the reference by the sam
 :data:`CPP_GRID` — all candidates linearised in one batched call (Titsias et al. take a few gradient
 steps on the same objective). ``changepoint_probability`` is ``1 − υ``.
 
-**Compiled.** :func:`run_runlength` offers the rows to the compiled RL[K]-PR over LoFi first
-(:class:`skfilter.stepping.RunLengthPlan`, :mod:`skfilter.kernels.runlength`: ``reset='prior'``, an
-integer ``K``, one row per step, no robust weighting stage), which equals this module's step to
-rounding; everything else, and any row the kernel cannot finish, runs :func:`runlength_step`.
+**Compiled.** :func:`run_runlength` offers the rows to the compiled kernels first: RL[K]-PR
+(``reset='prior'``, an integer ``K``) over every compiled base filter
+(:class:`skfilter.stepping.RunLengthPlan`, :mod:`skfilter.kernels.runlength`), and RL[1]-OUPR* and
+CPP-OU (``reset='ou'``, ``'cpp-ou'``) over LoFi with static dynamics and no robust weighting
+(:class:`skfilter.stepping.ReversionPlan`, :mod:`skfilter.kernels.reversion`), one row per step;
+both equal this module's step to rounding. Everything else, and any row a kernel cannot finish,
+runs :func:`runlength_step`.
 
 The state (:class:`RunLengthState`) holds the hypotheses as a mixture
 :class:`~skfilter.filtering.FilterState` (``log_weights`` normalised), their run lengths, the log
@@ -374,7 +377,7 @@ def run_runlength(parts, state: RunLengthState, prior: FilterState, X, Y, sample
     (progress and interrupts served between them); a row the kernel cannot finish, and every row
     when it does not serve, is a :func:`runlength_step` on the engine, which raises there if it
     must. Both give the same states and records, to rounding (tests/test_runlength_kernels.py)."""
-    plan = runlength_plan_for(parts, state.filter, prior.belief, batch_size, **options)
+    plan = runlength_plan_for(parts, state.filter, prior.belief, batch_size, grid=CPP_GRID, **options)
     outs = []
     start = state.filter.n_seen
     n = X.shape[0]

@@ -60,6 +60,7 @@ from .kernels.lofi import DONE, lofi_hypotheses, lofi_rows
 from .kernels.mlp import mlp_program
 from .kernels.observations import LIKELIHOOD_CODES, WEIGHTING_CODES
 from .kernels.predictive import DIAGONAL, FULL, LOFI, forward_rows, predict_hypotheses, predict_rows, probit_rows
+from .kernels.reversion import CPP_OU, OU, lofi_reversion_rows
 from .kernels.runlength import (diagonal_runlength_rows, factored_runlength_rows, full_runlength_rows,
                                 lofi_runlength_rows)
 from .likelihoods import (AssumedDensityCategorical, Bernoulli, Categorical, Gaussian, MomentMatchedCategorical,
@@ -1298,14 +1299,73 @@ class RunLengthPlan:
         return new, new_runs, float(evidence[0]), float(evidence[1]), done, status == DONE, records
 
 
+class ReversionPlan(RunLengthPlan):
+    """RL[1]-OUPR* and CPP-OU (BOCD with ``reset='ou'`` / ``'cpp-ou'``: one hypothesis shrunk
+    towards the reference) over LoFi, on :func:`~skfilter.kernels.reversion.lofi_reversion_rows`,
+    in :class:`RunLengthPlan`'s pool (``K = 1``; the prior-predictive precision held with the
+    prior's length — per parameter when the reference variance is, as the shrink then makes it).
+    Built by :func:`runlength_plan_for`."""
+
+    def __init__(self, base_plan, prior_belief, reference, hazard, reset, threshold, grid):
+        super().__init__(base_plan, prior_belief, hazard, 1, False)
+        self.reset, self.threshold = reset, float(threshold)
+        self.reference = reference
+        P = prior_belief.mean.shape[-1]
+        np_dtype = _NP_DTYPES[prior_belief.mean.dtype]
+        var = torch.as_tensor(reference.variance, dtype=prior_belief.mean.dtype).reshape(-1)
+        self.ref = (np.ascontiguousarray(_numpy(reference.mean), dtype=np_dtype),
+                    np.ascontiguousarray(_numpy(var.expand(P) if var.numel() == 1 else var), dtype=np_dtype))
+        self.grid = np.asarray(grid, dtype=np.float64)
+
+    def _pool(self, b, K, S, np_dtype):
+        P = b.mean.shape[-1]
+        E = self.prior_belief.prior_precision.numel()
+        eta = _numpy(b.prior_precision).reshape(K, -1)
+        pool = (np.empty((S, 1, P), dtype=np_dtype), np.empty((S, 1, P), dtype=np_dtype),
+                np.empty((S, 1, b.low_rank.shape[-2], P), dtype=np_dtype), np.empty((S, E), dtype=np_dtype),
+                np.empty((S, P), dtype=np_dtype))
+        for array, value in zip(pool, (_numpy(b.mean)[:, None], _numpy(b.diagonal)[:, None],
+                                       _numpy(b.low_rank)[:, None], np.broadcast_to(eta, (K, E)), _numpy(b.prior_mean))):
+            array[:K] = value
+        pb = self.prior_belief
+        prior = (pb.mean, pb.diagonal, pb.low_rank, pb.prior_precision.reshape(-1), pb.prior_mean)
+        return pool, tuple(np.ascontiguousarray(_numpy(x), dtype=np_dtype) for x in prior)
+
+    def _belief(self, pool, idx, b, rows):
+        t = torch.from_numpy
+        means, diags, factors, etas, m0s = pool
+        before, after = self._run_lengths
+        # the update count: from the prior's after a hard reset within these rows (run length 0 there)
+        n_steps = self.prior_belief.n_steps + after + 1 if after < before + rows else b.n_steps + rows
+        eta = t(etas[idx]).reshape(len(idx), *self.prior_belief.prior_precision.shape)
+        return type(b)(t(means[idx, 0]), t(diags[idx, 0]), t(factors[idx, 0]), eta, t(m0s[idx]), n_steps)
+
+    def _call(self, Xn, Yn, w, has_w, pool, prior, noises, scales, keep, common, rec, evidence):
+        plan = self.base
+        shapes, offsets, codes = plan.program
+        slots, log_weights, runs, counts = keep
+        before = int(runs[0])
+        result = lofi_reversion_rows(Xn, Yn, w, has_w, shapes, offsets, codes, *plan.map_args(Xn.dtype), *pool, noises,
+                                   scales, *prior, *self.ref, slots, log_weights, runs, counts, self.log_h, self.log_s,
+                                   OU if self.reset == "ou" else CPP_OU, self.threshold, self.grid, plan.code,
+                                   common["params"], common["adaptive"], plan.max_abs, common["limit"], common["tiny"],
+                                   common["recording"], *rec, evidence)
+        self._run_lengths = (before, int(runs[0]))
+        return result
+
+
 def runlength_plan_for(parts, mixture, prior_belief, batch_size, *, hazard, n_hypotheses, reset="prior",
-                       threshold=0.5, weighted_evidence=False):
+                       threshold=0.5, weighted_evidence=False, grid=(1.0,)):
     """The :class:`RunLengthPlan` of a run-length filter (the options of
     :func:`skfilter.runlength.runlength_step`) that the compiled kernel serves, else None: the
     kernels on, ``reset='prior'`` with an integer ``n_hypotheses``, one row per step, and a base
     filter whose single-belief step :func:`plan_for` gives to the LoFi, diagonal or full kernel (its
     dynamics and a built-in robust weighting — BOCD over WoLF — included); the
-    mixture's belief on the CPU in the prior's dtype. ``threshold`` (of ``'ou'``) is unused."""
+    mixture's belief on the CPU in the prior's dtype. ``reset='ou'`` (``threshold``) and
+    ``'cpp-ou'`` (the ``υ`` of ``grid``): :class:`ReversionPlan`, when it serves them."""
+    if reset in ("ou", "cpp-ou"):
+        return _reversion_plan_for(parts, mixture, prior_belief, batch_size, hazard, n_hypotheses, reset, threshold,
+                                   grid)
     if not enabled() or reset != "prior" or n_hypotheses is None or batch_size != 1:
         return None
     if mixture.log_weights is None:
@@ -1322,6 +1382,31 @@ def runlength_plan_for(parts, mixture, prior_belief, batch_size, *, hazard, n_hy
             and known.n_keep == int(n_hypotheses) and known.weighted_evidence == bool(weighted_evidence):
         return known
     plan.runlength_plan = known = RunLengthPlan(plan, prior_belief, hazard, n_hypotheses, weighted_evidence)
+    return known
+
+
+def _reversion_plan_for(parts, mixture, prior_belief, batch_size, hazard, n_hypotheses, reset, threshold, grid):
+    """The :class:`ReversionPlan` of ``reset='ou'``/``'cpp-ou'`` when the kernel serves it: one row
+    per step, one hypothesis, a LoFi (diagonal) base with static dynamics and no robust weighting,
+    a likelihood whose log predictive the kernel has (not the moment-matched one), a CPU mixture in
+    the prior's dtype; else None. (``weighted_evidence`` weighs by a robust weighting, which a base
+    served here has not.)"""
+    if not enabled() or batch_size != 1 or n_hypotheses != 1 or mixture.log_weights is None:
+        return None
+    plan = plan_for(parts, FilterState(prior_belief, None, 0), None)
+    if type(plan) is not LoFiPlan or type(plan.likelihood) is MomentMatchedCategorical:
+        return None
+    if plan.g != 1.0 or plan.q != 0.0 or plan.weight_kind != 0 or parts.reference is None:
+        return None
+    mean = mixture.belief.mean
+    if mean.dim() != 2 or mean.shape[0] != 1 or not mean.is_cpu or mean.dtype != prior_belief.mean.dtype:
+        return None
+    known = plan.__dict__.get("reversion_plan")
+    if known is not None and known.prior_belief is prior_belief and known.hazard == hazard \
+            and known.reset == reset and known.threshold == float(threshold) and known.reference is parts.reference \
+            and tuple(known.grid) == tuple(grid):
+        return known
+    plan.reversion_plan = known = ReversionPlan(plan, prior_belief, parts.reference, hazard, reset, threshold, grid)
     return known
 
 

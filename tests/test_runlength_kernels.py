@@ -282,3 +282,100 @@ def test_keep_order_is_the_engines_choice(log_post, n_keep, rnd):
     count = keep_order(lp, np.array(runs, dtype=np.int64), len(lp), n_keep, out)
     expected = runlength._keep(torch.tensor(lp), torch.tensor(runs), n_keep)
     assert out[:count].tolist() == expected.tolist()
+
+
+# ---------------------------------------------------------------------------------------------
+# RL[1]-OUPR* and CPP-OU over LoFi (skfilter.kernels.reversion)
+# ---------------------------------------------------------------------------------------------
+REVERSION = [("ou", 0.5), ("ou", 0.95), ("cpp-ou", 0.5)]
+
+
+@pytest.mark.parametrize("setting", ["fixed noise", "auto noise", "adaptive noise", "robust noise"])
+@pytest.mark.parametrize("reset, threshold", REVERSION)
+def test_reversion_regression_on_the_kernel_equals_the_engine(reset, threshold, setting):
+    X, y = _stream("regression")
+    make = lambda: BOCDRegressor(BASES["lofi"]("reg", **REGRESSION[setting]), n_hypotheses=1,  # noqa: E731
+                                 hazard=0.1, reset=reset, threshold=threshold)
+    est, ref, p, p_ref = _fit_both(make, X, y)
+    _assert_same_mixture(est, ref)
+    _close(np.nan_to_num(p), np.nan_to_num(p_ref))
+    ma, sa = est.predict(X[:5], return_std=True)
+    mb, sb = ref.predict(X[:5], return_std=True)
+    _close(ma, mb)
+    _close(sa, sb)
+
+
+def test_reversion_resets_on_the_kernel():
+    """The threshold 0.95 case resets (a run length below the rows seen), and the kernel did it."""
+    X, y = _stream("regression")
+    make = lambda: BOCDRegressor(BASES["lofi"]("reg"), n_hypotheses=1, hazard=0.1, reset="ou",  # noqa: E731
+                                 threshold=0.95)
+    est, ref, _, _ = _fit_both(make, X, y, prequential=False)
+    assert int(est.runlength_state_.run_lengths[0]) < len(y) - 1
+    _assert_same_mixture(est, ref)
+
+
+@pytest.mark.parametrize("kind, likelihood", [("binary", "adf"), ("multiclass", "adf"),
+                                              ("multiclass", "categorical")])
+@pytest.mark.parametrize("reset", ["ou", "cpp-ou"])
+def test_reversion_classification_on_the_kernel_equals_the_engine(reset, kind, likelihood):
+    X, y = _stream(kind)
+    make = lambda: BOCDClassifier(BASES["lofi"]("clf", likelihood=likelihood), n_hypotheses=1,  # noqa: E731
+                                  hazard=0.1, reset=reset)
+    est, ref, p, p_ref = _fit_both(make, X, y, classes=np.unique(y))
+    _assert_same_mixture(est, ref)
+    _close(p, p_ref)
+    _close(est.predict_proba(X[:5]), ref.predict_proba(X[:5]))
+
+
+@pytest.mark.parametrize("reset", ["ou", "cpp-ou"])
+def test_reversion_weights_float32_and_outputs(reset):
+    X, y = _stream("regression")
+    w = np.linspace(0.3, 2.0, len(y))
+    make = lambda: BOCDRegressor(BASES["lofi"]("reg"), n_hypotheses=1, hazard=0.1, reset=reset)  # noqa: E731
+    est, ref, p, p_ref = _fit_both(make, X, y, sample_weight=w)
+    _assert_same_mixture(est, ref)
+    Y2 = np.column_stack([y, -0.5 * y + X[:, 2]])
+    make = lambda: BOCDRegressor(BASES["lofi"]("reg", dtype="float32"), n_hypotheses=1, hazard=0.1,  # noqa: E731
+                                 reset=reset)
+    est, ref, p, p_ref = _fit_both(make, X, Y2)
+    _assert_same_mixture(est, ref, rtol=2e-4)
+
+
+@pytest.mark.parametrize("reset", ["ou", "cpp-ou"])
+def test_reversion_one_row_per_call_and_pickling(reset):
+    import pickle
+
+    X, y = _stream("regression")
+    make = lambda: BOCDRegressor(BASES["lofi"]("reg"), n_hypotheses=1, hazard=0.1, reset=reset)  # noqa: E731
+    whole = make().fit(X, y)
+    rows = make()
+    for i in range(len(y)):
+        rows.partial_fit(X[i:i + 1], y[i:i + 1])
+        if i == 30:
+            rows = pickle.loads(pickle.dumps(rows))
+    _assert_same_mixture(rows, whole, rtol=1e-9)
+
+
+def test_reversion_stiff_row_is_handed_back_and_failure_keeps_the_state():
+    X, y = _stream("regression", n=50)
+    X[25] = 1e7  # a stiff row: the kernel hands it back, the engine's square-root forms learn it
+    make = lambda: BOCDRegressor(LoFiRegressor(hidden_layer_sizes=(5,), rank=3, obs_variance=0.01,  # noqa: E731
+                                               prior_variance=1.0, random_state=0), n_hypotheses=1, hazard=0.1,
+                                 reset="ou")
+    before = stepping.HANDED_BACK[0]
+    est = make().fit(X, y)
+    with compiled_kernels(False):
+        ref = make().fit(X, y)
+    assert stepping.HANDED_BACK[0] > before
+    _assert_same_mixture(est, ref, rtol=1e-6)
+    # a step that fails on the engine after the kernel handed its row back: the state of the rows
+    # before it is kept (the kernel's rows included), and the next rows are learned
+    est = make().fit(X[:20], y[:20])
+    n0 = est.runlength_state_.filter.n_seen
+    with mock.patch.object(runlength, "runlength_step", side_effect=FilterStepError("injected")):
+        with pytest.raises(FilterStepError, match="injected"):
+            est.partial_fit(X[20:30], y[20:30])  # row 25 is stiff
+    assert est.runlength_state_.filter.n_seen == n0 + 5
+    est.partial_fit(X[30:35], y[30:35])
+    assert est.runlength_state_.filter.n_seen == n0 + 10

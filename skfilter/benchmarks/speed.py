@@ -369,12 +369,21 @@ RUNLENGTH_ROWS = 100
 RUNLENGTH_TARGET_FACTOR = 1.3
 
 
-def _runlength_name(base, K=None):
-    """The ``runlength`` section's row of a base filter (``K`` None) or of BOCD with ``K`` over it."""
+#: the ``runlength`` section's other resets (one hypothesis, shrunk towards the prior) and their base
+RUNLENGTH_RESETS = ("ou", "cpp-ou")
+RUNLENGTH_RESET_BASE = "LoFi r10"
+
+
+def _runlength_name(base, K=None, reset="prior"):
+    """The ``runlength`` section's row of a base filter (``K`` None) or of BOCD with ``K`` over it
+    (``reset`` other than ``'prior'``: ``K = 1``, named by the reset)."""
+    if reset != "prior":
+        return f"BOCD {reset} over {base}"
     return f"{base} step" if K is None else f"BOCD K={K} over {base}"
 
 
-RUNLENGTH_ROWS_NAMES = tuple(_runlength_name(b, k) for b in RUNLENGTH_BASES for k in (None, *RUNLENGTH_KS))
+RUNLENGTH_ROWS_NAMES = (tuple(_runlength_name(b, k) for b in RUNLENGTH_BASES for k in (None, *RUNLENGTH_KS))
+                        + tuple(_runlength_name(RUNLENGTH_RESET_BASE, 1, r) for r in RUNLENGTH_RESETS))
 
 
 def section_workloads(configs=None, mnist_configs=None) -> dict:
@@ -816,7 +825,8 @@ def time_runlength(stream, n_rows=RUNLENGTH_ROWS, repeats=5, device="cpu", dtype
     default parameters otherwise, MLP 8-50-1) and of ``BOCDRegressor(base, n_hypotheses=K)`` for each ``K``
     of :data:`RUNLENGTH_KS` (hazard 0.01, ``reset='prior'``), each a later ``partial_fit`` of
     ``n_rows`` rows, timed round-robin (:func:`interleave`); each BOCD row's ``ratio`` is the median of
-    the rounds' ratios to its base's step, beside the target ``1.3 × (K + 1)``."""
+    the rounds' ratios to its base's step, beside the target ``1.3 × (K + 1)``. The resets of
+    :data:`RUNLENGTH_RESETS` (``K = 1``) over :data:`RUNLENGTH_RESET_BASE` likewise."""
     from .. import BOCDRegressor, EKFRegressor, HiLoFiRegressor, LoFiRegressor
 
     bases = {"LoFi r10": lambda: LoFiRegressor(hidden_layer_sizes=(50,), rank=10, device=device, dtype=dtype,
@@ -828,21 +838,22 @@ def time_runlength(stream, n_rows=RUNLENGTH_ROWS, repeats=5, device="cpu", dtype
     Xw, yw = _rows(stream, 0, WARMUP_ROWS)
     Xa, ya = _rows(stream, WARMUP_ROWS, int(n_rows))
     fns, names, n_params = [], [], None
-    for base in RUNLENGTH_BASES:
-        for K in (None, *RUNLENGTH_KS):
-            est = bases[base]() if K is None else BOCDRegressor(bases[base](), n_hypotheses=K)
-            est.fit(Xw, yw)
-            if K is None:
-                n_params = int(est.n_params_)
-            snapshot = pickle.dumps(est)
-            # the same later call every round, each on its own copy of the fitted state (made untimed)
-            copies = [pickle.loads(snapshot) for _ in range(repeats + 1)]
+    cases = [(base, K, "prior") for base in RUNLENGTH_BASES for K in (None, *RUNLENGTH_KS)]
+    cases += [(RUNLENGTH_RESET_BASE, 1, reset) for reset in RUNLENGTH_RESETS]
+    for base, K, reset in cases:
+        est = bases[base]() if K is None else BOCDRegressor(bases[base](), n_hypotheses=K, reset=reset)
+        est.fit(Xw, yw)
+        if K is None:
+            n_params = int(est.n_params_)
+        snapshot = pickle.dumps(est)
+        # the same later call every round, each on its own copy of the fitted state (made untimed)
+        copies = [pickle.loads(snapshot) for _ in range(repeats + 1)]
 
-            def call(copies=copies):
-                copies.pop().partial_fit(Xa, ya)
+        def call(copies=copies):
+            copies.pop().partial_fit(Xa, ya)
 
-            fns.append(call)
-            names.append(_runlength_name(base, K))
+        fns.append(call)
+        names.append(_runlength_name(base, K, reset))
     timed = interleave(fns, repeats=repeats, warmup=1, device=device)
     rows, by = [], {}
     for name, result in zip(names, timed):
@@ -855,12 +866,13 @@ def time_runlength(stream, n_rows=RUNLENGTH_ROWS, repeats=5, device="cpu", dtype
                    us_per_step=us, value=us, unit="µs/step", **_usage_fields(usage, int(n_rows) * len(times)))
         rows.append(row)
         by[name] = row
-    for base in RUNLENGTH_BASES:
+    for base, K, reset in cases:
+        if K is None:
+            continue
         ref = by[_runlength_name(base)]
-        for K in RUNLENGTH_KS:
-            row = by[_runlength_name(base, K)]
-            per_round = [a / b for a, b in zip(row["times"], ref["times"])]
-            row.update(ref=ref["config"], ratio=median(per_round), target_ratio=RUNLENGTH_TARGET_FACTOR * (K + 1))
+        row = by[_runlength_name(base, K, reset)]
+        per_round = [a / b for a, b in zip(row["times"], ref["times"])]
+        row.update(ref=ref["config"], ratio=median(per_round), target_ratio=RUNLENGTH_TARGET_FACTOR * (K + 1))
     return rows
 
 
@@ -1149,14 +1161,15 @@ def notes(results, settings, env) -> list:
                 lines.append(f"{name}: {r['value']:.0f} µs/row = {r['ratio']:.2f}× {ref} "
                              f"({by_name[ref]['value']:.0f}; the median of the rounds' ratios){cpu}; "
                              f"target ≤ {target}×: {r['meets_ratio']}.")
-    for base in RUNLENGTH_BASES:
-        for K in RUNLENGTH_KS:
-            r = by_name.get(_runlength_name(base, K))
-            if r is not None and r.get("ratio") is not None:
-                lines.append(f"{r['config']}: {r['value']:.0f} µs/step = {r['ratio']:.2f}× {r['ref']} "
-                             f"({by_name[r['ref']]['value']:.0f}; median of the rounds' ratios, later partial_fit "
-                             f"calls of {r['n_rows']} rows); target ≤ 1.3 × (K + 1) = {r['target_ratio']:.1f}×: "
-                             f"{r['meets_ratio']}.")
+    runlength_rows = [_runlength_name(base, K) for base in RUNLENGTH_BASES for K in RUNLENGTH_KS]
+    runlength_rows += [_runlength_name(RUNLENGTH_RESET_BASE, 1, reset) for reset in RUNLENGTH_RESETS]
+    for name in runlength_rows:
+        r = by_name.get(name)
+        if r is not None and r.get("ratio") is not None:
+            lines.append(f"{r['config']}: {r['value']:.0f} µs/step = {r['ratio']:.2f}× {r['ref']} "
+                         f"({by_name[r['ref']]['value']:.0f}; median of the rounds' ratios, later partial_fit "
+                         f"calls of {r['n_rows']} rows); target ≤ 1.3 × (K + 1) = {r['target_ratio']:.1f}×: "
+                         f"{r['meets_ratio']}.")
     if "MLPClassifier.fit" in by_name and "LoFiClassifier.fit" in by_name:
         d, m = by_name["LoFiClassifier.fit"], by_name["MLPClassifier.fit"]
         lines.append(f"Digits ({d['n_rows']} rows): LoFiClassifier().fit {d['value']:.2f} s (P = {d['n_params']:,}, "

@@ -58,7 +58,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .linalg import all_finite, cholesky_into, triangular_update_into
+from .linalg import all_finite, cholesky_into, solve_lower_rows, solve_upper_t_rows, triangular_update_into
 from .lofi import DONE, REDO_STEP
 from .mlp import mlp_buffers, mlp_forward_jacobian
 from .observations import (PREDICTIVE_LIKELIHOOD, PREDICTIVE_WEIGHTING, observation_buffers, outputs_within,
@@ -90,33 +90,6 @@ def gather_blocks(H, m, positions, starts, out):
 def block_view(flat, start, rows, cols):
     """``flat[start : start + rows·cols]`` as a C-contiguous ``rows × cols`` matrix (a view)."""
     return flat[start:start + rows * cols].reshape((rows, cols))
-
-
-@njit(cache=True, nogil=True)
-def _solve_rows(Lc, rows):
-    """``rows ← (Lc Lcᵀ)⁻¹ rows`` for a lower-triangular ``Lc (m, m)``: forward then backward
-    substitution on whole rows of ``rows (m, D)``."""
-    m, D = rows.shape
-    for a in range(m):
-        row = rows[a]
-        for b in range(a):
-            c = Lc[a, b]
-            other = rows[b]
-            for j in range(D):
-                row[j] -= c * other[j]
-        s = 1.0 / Lc[a, a]
-        for j in range(D):
-            row[j] *= s
-    for a in range(m - 1, -1, -1):
-        row = rows[a]
-        for b in range(a + 1, m):
-            c = Lc[b, a]
-            other = rows[b]
-            for j in range(D):
-                row[j] -= c * other[j]
-        s = 1.0 / Lc[a, a]
-        for j in range(D):
-            row[j] *= s
 
 
 @njit(cache=True, nogil=True)
@@ -337,7 +310,8 @@ def factored_update(Hb_flat, m, ew, positions, starts, factors_src, fstarts, ran
         for a in range(m):
             for j in range(D):
                 Vb[a, j] = Hb[a, j]
-        _solve_rows(Lc[:m, :m], Vb)
+        solve_lower_rows(Lc[:m, :m], Vb, 1.0)  # V_b = S⁻¹ H_b
+        solve_upper_t_rows(Lc[:m, :m], Vb)
     for b in range(n_blocks):
         s, e = starts[b], starts[b + 1]
         D = e - s

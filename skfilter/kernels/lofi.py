@@ -20,36 +20,14 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .linalg import FAST, all_finite, cholesky_into, cholesky_solve, combine_rows, gram_into, solve_lower
+from .linalg import (FAST, all_finite, cholesky_into, cholesky_solve, combine_rows, gram_into, solve_lower,
+                     solve_lower_rows)
 from .mlp import map_row, mlp_buffers, mlp_forward_jacobian
 from .observations import (PREDICTIVE_LIKELIHOOD, PREDICTIVE_WEIGHTING, observation_buffers, outputs_within,
                            record_outputs, restore, weigh_and_observe)
 
 #: status codes returned by the kernels
 DONE, REDO_STEP = 0, 1
-
-
-@njit(cache=True, nogil=True, fastmath=FAST)
-def _solve_rows_in_place(Lc, rows, g):
-    """``rows ← g Lc⁻¹ rows`` for a lower-triangular ``Lc (L, L)`` and contiguous rows ``(L, P)``:
-    forward substitution on whole rows (``L² P / 2`` multiply-adds, no temporary)."""
-    L, P = rows.shape
-    for a in range(L):
-        row = rows[a]
-        for b in range(a):
-            c = Lc[a, b]
-            if c != 0.0:
-                other = rows[b]
-                for j in range(P):
-                    row[j] -= c * other[j]
-        s = 1.0 / Lc[a, a]
-        for j in range(P):
-            row[j] *= s
-    if g != 1.0:
-        for a in range(L):
-            row = rows[a]
-            for j in range(P):
-                row[j] *= g
 
 
 @njit(cache=True, nogil=True)
@@ -92,7 +70,7 @@ def _predict(mean_src, diag_src, W_src, mean_dst, diag_dst, tilde, L, g, q, work
     Lc = np.empty((L, L), dtype=tilde.dtype)
     if not cholesky_into(work_LL, Lc):
         return False
-    _solve_rows_in_place(Lc, tilde[:L], g)
+    solve_lower_rows(Lc, tilde[:L], g)
     return True
 
 
