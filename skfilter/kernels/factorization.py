@@ -629,8 +629,9 @@ def _gain_pass(src, Jb, Ub, D, K, kc, d, rows_are_columns):
     """``U = Σ G`` (``(d, K)``: column ``c`` of ``Σ G`` in row ``c``) of one block, with ``G`` the
     block-diagonal gradient (output ``c``'s gradient ``J_c`` on section ``c``), and ``D += Gᵀ U``
     (the block's share of the logits' covariance ``J Σ Jᵀ``). ``rows_are_columns``: ``src`` is
-    exactly symmetric, so rows are read for columns (contiguous). Returns ``max |src|``."""
-    smax = 0.0
+    exactly symmetric, so rows are read for columns (contiguous). Returns ``Σ_ik src_ik²`` (a bound
+    of ``max |src|²``; it vectorises, the largest value does not)."""
+    ss = 0.0
     if rows_are_columns:
         for c in range(d):
             u = Ub[c]
@@ -642,18 +643,16 @@ def _gain_pass(src, Jb, Ub, D, K, kc, d, rows_are_columns):
                 for i in range(K):
                     x = row[i]
                     u[i] += jk * x
-                    ax = abs(x)
-                    smax = ax if ax > smax else smax
+                    ss += x * x
     else:
         for i in range(K):
             row = src[i]
+            for k in range(K):
+                ss += row[k] * row[k]
             for c in range(d):
                 acc = 0.0
                 for k in range(kc):
-                    x = row[c * kc + k]
-                    acc += x * Jb[c * kc + k]
-                    ax = abs(x)
-                    smax = ax if ax > smax else smax
+                    acc += row[c * kc + k] * Jb[c * kc + k]
                 Ub[c, i] = acc
     for c in range(d):
         for c2 in range(d):
@@ -661,7 +660,7 @@ def _gain_pass(src, Jb, Ub, D, K, kc, d, rows_are_columns):
             for k in range(kc):
                 acc += Jb[c * kc + k] * Ub[c2, c * kc + k]
             D[c, c2] += acc
-    return smax
+    return ss
 
 
 @njit(cache=True, nogil=True, fastmath=_FASTMATH)
@@ -672,7 +671,11 @@ def _lowrank_update(src, dst, Za, Zb, K, d, symmetric, exact_sym, acc, write, vm
     ``½(C + Cᵀ)``: with ``exact_sym`` (``src`` exactly symmetric) row by row (then exact, the
     products' order being the same for ``(i, k)`` and ``(k, i)``), else the upper triangle from
     ``½(src + srcᵀ)`` and mirrored. Without ``write`` nothing is stored. Returns whether every value
-    is finite and at most ``vmax`` in magnitude (what the table's dtype holds)."""
+    is finite and at most ``vmax`` in magnitude (what the table's dtype holds).
+
+    The row branch subtracts four rows of ``Z`` per sweep, ``((a₀b₀ + a₁b₁) + (a₂b₂ + a₃b₃))``: the same
+    products in the same order for ``(i, k)`` and ``(k, i)``, so an exactly symmetric ``src`` gives
+    an exactly symmetric result."""
     ok = True
     if symmetric and not exact_sym:
         for i in range(K):
@@ -695,11 +698,19 @@ def _lowrank_update(src, dst, Za, Zb, K, d, symmetric, exact_sym, acc, write, vm
         row = src[i]
         for k in range(K):
             acc[k] = row[k]
-        for r in range(d):
+        r = 0
+        while r + 4 <= d:  # four rows of Z per sweep of the row (a quarter of the loads and stores)
+            a0, a1, a2, a3 = Za[r, i], Za[r + 1, i], Za[r + 2, i], Za[r + 3, i]
+            b0, b1, b2, b3 = Zb[r], Zb[r + 1], Zb[r + 2], Zb[r + 3]
+            for k in range(K):
+                acc[k] -= (a0 * b0[k] + a1 * b1[k]) + (a2 * b2[k] + a3 * b3[k])
+            r += 4
+        while r < d:
             zi = Za[r, i]
             zr = Zb[r]
             for k in range(K):
                 acc[k] -= zi * zr[k]
+            r += 1
         if write:
             out = dst[i]
             for k in range(K):
@@ -884,8 +895,9 @@ def factorization_events_multi(rows2, data, icfg, f64s, dts):
     (``[λ (d), v (d), p (d)]``: the logits, their shift-free variances and the probit predictive
     probabilities, :func:`_record_multi`), and ``f64s``: the configuration, the ``omegas``, the
     largest value of the tables' dtype, then scratch. A new block is checked before anything is
-    written: the means in scratch, the covariances bounded (``max |Σ| + d max|Z|² `` below a quarter
-    of the dtype's largest value) or else computed once without writing and checked. Returns
+    written: the means in scratch, the covariances bounded (``‖Σ‖_F + Σ Z²``, at least their largest
+    value, below a quarter of the dtype's largest value) or else computed once without writing and
+    checked. Returns
     ``(events done, OK or FAILED)``."""
     n = data.shape[0]
     nblk, nslot, sig, fm_lin = icfg[0], icfg[1], icfg[2], icfg[3]
@@ -1162,27 +1174,32 @@ def factorization_events_multi(rows2, data, icfg, f64s, dts):
         for b in range(nblk):
             K = Ks[b]
             r = rows[b, j]
-            chk = 0.0
             for i in range(K):
-                s = PM[b, i]
-                for c in range(d):
-                    s += U[b, c, i] * av[c]
-                PM[b, i] = s
+                acc[i] = PM[b, i]
+            for c in range(d):
+                ac = av[c]
+                uc = U[b, c]
+                for i in range(K):
+                    acc[i] += ac * uc[i]
+            for i in range(K):
+                s = acc[i]
                 if not abs(s) <= vmax:
                     return j, FAILED
-            zm = 0.0
+                PM[b, i] = s
+            zm = 0.0  # Σ Z², a bound of |Σ_q Z_qi Z_qk| (Cauchy–Schwarz)
             for q in range(d):
+                zq = Z[b, q]
                 for i in range(K):
-                    s = 0.0
-                    for c in range(d):
-                        s += N[q, c] * U[b, c, i]
-                    Z[b, q, i] = s
-                    chk += s * 0.0
-                    zm = max(zm, abs(s))
+                    zq[i] = 0.0
+                for c in range(d):
+                    nc = N[q, c]
+                    uc = U[b, c]
+                    for i in range(K):
+                        zq[i] += nc * uc[i]
+                for i in range(K):
+                    zm += zq[i] * zq[i]
             zmax[b] = zm
-            if not chk == 0.0:
-                return j, FAILED
-            if not smax[b] + d * zm * zm <= lim:
+            if not math.sqrt(smax[b]) + zm <= lim:  # (NaN: not fitting, then the check below finds it)
                 fits = False
             if dynamic:
                 srx = PX[b] if PRED[b] != 0.0 else _cube(ptrs, b, _CROSS, K, pcen)[r]
@@ -1191,7 +1208,7 @@ def factorization_events_multi(rows2, data, icfg, f64s, dts):
                 rm_ = 0.0
                 for i in range(K):
                     for k in range(K):
-                        rm_ = max(rm_, abs(rc[i, k]))
+                        rm_ += rc[i, k] * rc[i, k]
                 for i in range(K):
                     s = PRM[b, i]
                     for c in range(d):
@@ -1207,14 +1224,11 @@ def factorization_events_multi(rows2, data, icfg, f64s, dts):
                         for c in range(d):
                             s += N[q, c] * U0[c, i]
                         U[b, q, i] = s
-                        chk += s * 0.0
-                        z0 = max(z0, abs(s))
+                        z0 += s * s
                 z0max[b] = z0
                 xmax[b] = xm
                 rmax[b] = rm_
-                if not chk == 0.0:
-                    return j, FAILED
-                if not (xm + d * z0 * zm <= lim and rm_ + d * z0 * z0 <= lim):
+                if not (math.sqrt(xm) + math.sqrt(z0 * zm) <= lim and math.sqrt(rm_) + z0 <= lim):
                     fits = False
         if not fits:  # a value might not fit the dtype: compute every new value once, unwritten
             for b in range(nblk):
