@@ -18,7 +18,7 @@ from skfilter.factorization.entities import EntityPrior
 from skfilter.factorization.model import FactorizationFilter, Slot
 from skfilter.factorization.signals import CPFactorization, FactorizationMachine
 from skfilter.kernels import AVAILABLE, compiled_kernels
-from skfilter.likelihoods import Gaussian, Poisson
+from skfilter.likelihoods import Bernoulli, Gaussian, Poisson
 
 pytestmark = pytest.mark.skipif(not AVAILABLE, reason="numba is not installed: no compiled kernels")
 
@@ -221,7 +221,10 @@ def test_not_served():
     assert serves(mf)
     assert not serves(iterated)
     assert not serves(fm3)
-    assert multiclass.d == 3 and not serves(multiclass)
+    assert multiclass.d == 3 and serves(multiclass)  # (the multiclass kernel: tests/test_factorization_multiclass.py)
+    bernoulli3 = copy.deepcopy(multiclass)
+    bernoulli3.likelihood = Bernoulli()  # (a one-logit likelihood on three logits)
+    assert not serves(bernoulli3)
     robust = copy.deepcopy(mf)
     robust.likelihood = Gaussian("adaptive", robust_threshold=4.0)
     assert not serves(robust)

@@ -20,6 +20,12 @@ Gaussian noise) is learned by ``FactorizationRegressor(model='mf', n_factors=8)`
   ``predict`` then ``partial_fit`` of one row per call on the fitted estimator (``--calls`` rows,
   target ≤ 25 µs per event). Each figure is the best of ``--repeats`` timings in this process, in
   CPU time of the process (one thread: robust to other jobs on the machine);
+* **multiclass FM on digits** (``--multiclass``, also in the full run) — scikit-learn's digits (1,797
+  rows, 64 numeric columns, 10 classes) by ``FactorizationClassifier()`` (an order-2 FM, one block of
+  ``10 × 9`` parameters per column, the assumed-density categorical update: the compiled
+  :func:`~skfilter.kernels.factorization.factorization_events_multi`): ``fit``, ``partial_fit`` of
+  a chunk and ``predict_proba`` then ``partial_fit`` of one row per call, in µs/event beside the
+  target 50 µs, and the torch engine's µs/event (kernels off) on a few rows, with their ratio;
 * **memory** — the belief's bytes (:meth:`~skfilter.factorization.FactorizationFilter.nbytes`: the
   means and covariance blocks of the entities seen) and the process's peak resident set size
   (``resource.getrusage``), with the number of entities seen.
@@ -106,6 +112,69 @@ def per_event_costs(n_users=1_000, n_items=200, n_events=30_000, n_calls=2_000, 
     return rows
 
 
+def multiclass_costs(n_fit=1_000, n_chunk=300, n_calls=100, n_torch=20, repeats=3, dtype="float64",
+                     likelihood="adf", progress=print):
+    """Rows of the multiclass FM costs on digits (module docstring), µs/event: the compiled DEKF's
+    ``fit`` (``n_fit`` rows), ``partial_fit`` of ``n_chunk`` more, one row per call (``n_calls``),
+    and the torch engine's ``partial_fit`` (``n_torch`` rows, kernels off), best of ``repeats``
+    (process CPU time)."""
+    import copy
+
+    from sklearn.datasets import load_digits
+
+    from .. import FactorizationClassifier
+    from ..kernels import compiled_kernels
+    from ..kernels.factorization import serves
+
+    X, y = load_digits(return_X_y=True)
+    n_fit = min(n_fit, len(y) - n_chunk - n_calls - n_torch)
+
+    def make():
+        return FactorizationClassifier(likelihood=likelihood, dtype=dtype, entity_columns=None, random_state=0)
+
+    def best(fn):
+        times = []
+        for _ in range(repeats):
+            t0 = time.process_time()
+            fn()
+            times.append(time.process_time() - t0)
+        return min(times)
+
+    make().fit(X[:60], y[:60])  # compiled variants loaded
+    fit_s = best(lambda: make().fit(X[:n_fit], y[:n_fit])) / n_fit
+    est = make().fit(X[:n_fit], y[:n_fit])
+    assert serves(est.filter_)
+    a, b = n_fit, n_fit + n_chunk
+    chunk_s = best(lambda: copy.deepcopy(est).partial_fit(X[a:b], y[a:b])) / n_chunk
+    rows_x = [X[t:t + 1] for t in range(b, b + n_calls)]
+    rows_y = [y[t:t + 1] for t in range(b, b + n_calls)]
+
+    def one_per_call():
+        e = copy.deepcopy(est)
+        for row, target in zip(rows_x, rows_y):
+            e.predict_proba(row)
+            e.partial_fit(row, target)
+
+    call_s = best(one_per_call) / n_calls
+    c = b + n_calls
+    with compiled_kernels(False):
+        torch_s = best(lambda: copy.deepcopy(est).partial_fit(X[c:c + n_torch], y[c:c + n_torch])) / n_torch
+    label = f"FM order 2, digits (10 classes, {likelihood}, {dtype})"
+    out = [{"what": label, "path": p, "us": 1e6 * s, "target": 50.0, "ratio": torch_s / s}
+           for p, s in (("fit (compiled)", fit_s), ("partial_fit chunk (compiled)", chunk_s),
+                        ("predict_proba + partial_fit, one row per call (compiled)", call_s),
+                        ("partial_fit (torch engine)", torch_s))]
+    if progress:
+        progress(f"  {label}: fit {1e6 * fit_s:.0f} µs/event, partial_fit {1e6 * chunk_s:.0f}, one row per call "
+                 f"{1e6 * call_s:.0f}, torch engine {1e6 * torch_s:.0f} ({torch_s / chunk_s:.1f}× the compiled "
+                 "partial_fit); target 50 µs/event")
+    return out
+
+
+MULTICLASS_COLUMNS = [("what", "model", ""), ("path", "path", ""), ("us", "µs/event", ".0f"),
+                      ("target", "target µs/event", ".0f"), ("ratio", "torch engine ÷ this", ".1f")]
+
+
 CALL_COLUMNS = [("what", "model", ""), ("input", "ids", ""), ("fit", "fit µs/event", ".2f"),
                 ("preq", "prequential µs/event", ".2f"), ("preq_ratio", "prequential ÷ fit (target ≤ 2)", ".2f"),
                 ("call", "one row per call µs/event (target ≤ 25)", ".1f"),
@@ -182,6 +251,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--calls", type=positive_int, default=2_000,
                         help="rows fed one per call (predict, then partial_fit) after them")
     parser.add_argument("--repeats", type=positive_int, default=3, help="timings per figure (the best is kept)")
+    parser.add_argument("--multiclass", action="store_true",
+                        help="only the multiclass FM on digits (printed, and factorization_multiclass_table.md)")
     parser.add_argument("--calls-only", action="store_true",
                         help="only the per-event costs (table factorization_calls_table.md), not the scale run")
     parser.add_argument("--seed", type=int, default=0)
@@ -197,6 +268,20 @@ def main(args) -> int:
         args.warmup, args.api_events, args.chunk = 200, 200, 1_000
         args.call_users, args.call_items, args.preq_events, args.calls, args.repeats = 200, 50, 2_000, 200, 1
     start = time.perf_counter()
+    if args.multiclass or not args.calls_only:
+        multi = multiclass_costs(repeats=args.repeats, **({"n_fit": 200, "n_chunk": 50, "n_calls": 20, "n_torch": 3}
+                                                          if args.quick else {}))
+        print(format_table(multi, MULTICLASS_COLUMNS))
+        note = ("\n\nscikit-learn's digits in file order, `FactorizationClassifier()` (order-2 FM, 8 factors, one "
+                "block of 10 × 9 parameters per numeric column, assumed-density categorical update), one thread; "
+                f"CPU time of the process, best of {args.repeats}. The rank-10 update of 64 blocks of 90 × 90 "
+                "covariances is about 5.3 M multiply-adds per event.\n")
+        path = write_text(args.out / "factorization_multiclass_table.md",
+                          format_table(multi, MULTICLASS_COLUMNS, markdown=True) + note,
+                          "factorization-scale --multiclass" + (" --quick" if args.quick else ""))
+        print(f"  table written to {path}")
+        if args.multiclass:
+            return 0
     if not args.calls_only:
         rows, chunks, rss0 = run(args.users, args.items, args.events, args.factors, args.warmup, args.api_events,
                                  args.chunk, args.seed)

@@ -59,8 +59,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._utils import memo_for, pass_progress, progress_bar, resolve_device, resolve_dtype
 from ..exceptions import EntityColumnsWarning, FilterStepError
 from .. import kernels as _kernels
-from ..kernels.factorization import (FirstAppearances, kernel_plan, predict_events_compiled, run_events_compiled,
-                                     serves)
+from ..kernels.factorization import (FirstAppearances, kernel_plan, predict_events_compiled, record_width,
+                                     run_events_compiled, serves)
 from .._validation import PrefixedParamsMixin, ValidatedParamsMixin, check_parameter_constraints
 from .._validation import params_version, restore_attributes
 from ..likelihoods import (AssumedDensityCategorical, Bernoulli, Categorical, Gaussian, Poisson, probit_probabilities,
@@ -529,7 +529,7 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
         n = len(context)
         rec = None
         if record:
-            rec = np.zeros((n, 5)) if serves(self.filter_) else []
+            rec = np.zeros((n, record_width(self.filter_))) if serves(self.filter_) else []
         bar = progress_bar(self.verbose, passes * n, type(self).__name__)
         try:
             for epoch in range(passes):
@@ -543,7 +543,7 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
     def _one_pass(self, n, slot_ids, values, Yt, w, progress=None, record=None):
         """Learn the ``n`` rows once, in order: the compiled DEKF when it serves the model, else the
         torch engine row by row (undoing a failed row); ``progress(rows_done)`` between chunks/rows.
-        ``record``: an ``(n, 5)`` array that the compiled DEKF fills with each row's prediction made
+        ``record``: an ``(n, record_width)`` array that the compiled DEKF fills with each row's prediction made
         before the row is learned (``run_events_compiled``), or a list that gets each row's
         ``(λ, Cov λ)`` (torch engine)."""
         chunk = _KERNEL_CHUNK if progress is None else _PROGRESS_CHUNK
@@ -787,7 +787,7 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
     # -- predictions --------------------------------------------------------------------------------
     # -- predictions --------------------------------------------------------------------------------
     def _predict_rows(self, X):
-        """``(rec, None)`` with ``rec (n, 5)`` the compiled DEKF's predictions
+        """``(rec, None)`` with ``rec (n, record_width)`` the compiled DEKF's predictions
         (:func:`~skfilter.kernels.factorization.predict_events_compiled`), or ``(None, (λ, Cov λ))``
         from the torch engine where the kernel does not serve the model; one plain row of a kind
         seen before takes the fast path (:meth:`_fast_row`)."""
@@ -944,7 +944,9 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
                     torch.as_tensor(Y[a:b], dtype=self.filter_.dtype, device=self.filter_.device),
                     None if w is None else w[a:b])
 
-        head, scratch = np.zeros((k, 5)), np.zeros((k, 5))
+        d = self._n_outputs_model()  # (the record's width: record_width)
+        width = 5 if d == 1 else 3 * d
+        head, scratch = np.zeros((k, width)), np.zeros((k, width))
         # rows 0..t learned with row t's weight 0: its prediction recorded, nothing learned from it
         weights = np.ones(k) if w is None else w[:k].copy()
         try:
@@ -968,7 +970,7 @@ class _FactorizationBase(ValidatedParamsMixin, PrefixedParamsMixin, BaseEstimato
         self._stream_start = None
         self.n_samples_seen_, self.n_iter_ = 0, 0
         slot_ids, values, Yt, wt = rows(0, n)
-        rec = np.zeros((n, 5))
+        rec = np.zeros((n, width))
         self._one_pass(n, slot_ids, values, Yt, wt, record=rec)
         rec[1:k] = head[1:]
         return self._format(1, (rec[1:], None), return_std, method)
@@ -1402,7 +1404,8 @@ class FactorizationClassifier(ClassifierMixin, _FactorizationBase):
         return self._fit(X, y, sample_weight, reset=False, classes=classes)
 
     def _fast_target(self, y, one):
-        if one.classes is None or len(one.classes) != 2:
+        # two classes: the 0/1 target; more: the class index (the kernel's one-hot row, KernelPlan.learn_one)
+        if one.classes is None:
             return None
         index = one.classes.get(y[0])
         return None if index is None else float(index)
@@ -1416,8 +1419,8 @@ class FactorizationClassifier(ClassifierMixin, _FactorizationBase):
             raise ValueError(f"method must be 'predict', 'predict_proba' or 'predict_log_proba', got {method!r}.")
 
     def _proba(self, rec, lin):
-        if rec is not None:
-            return rec[:, 3:5].astype(self._np_dtype())
+        if rec is not None:  # the kernel's record ends with the class probabilities (record_width)
+            return rec[:, rec.shape[1] - max(len(self.classes_), 2):].astype(self._np_dtype())
         f, quad = lin
         p = probit_probabilities(f, shift_free_logit_variance(quad), binary=f.shape[-1] == 1)
         return p.detach().cpu().numpy()

@@ -24,9 +24,9 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from ..kernels.factorization import (LIK_ADAPTIVE, LIK_BERNOULLI, LIK_BERNOULLI_ADF, LIK_GAUSSIAN, LIK_POISSON, SIG_CP,
-                                      SIG_FM2, SIG_LINEAR)
-from ..likelihoods import AssumedDensityCategorical, Bernoulli, Gaussian, Poisson
+from ..kernels.factorization import (LIK_ADAPTIVE, LIK_BERNOULLI, LIK_BERNOULLI_ADF, LIK_CATEGORICAL,
+                                      LIK_CATEGORICAL_ADF, LIK_GAUSSIAN, LIK_POISSON, SIG_CP, SIG_FM2, SIG_LINEAR)
+from ..likelihoods import AssumedDensityCategorical, Bernoulli, Categorical, Gaussian, Poisson
 from .dekf import dekf_update, event_log_likelihood, finite_or_raise, lazy_predict
 from .entities import EntityPrior, EntityTable
 from .signals import CPFactorization, FactorizationMachine, LinearSignal, MatrixFactorization
@@ -121,7 +121,8 @@ class FactorizationFilter:
         """The model as the compiled DEKF (:mod:`skfilter.kernels.factorization`) takes it:
         ``(signal code, FM linear term, CP bias offset, CP order, CP context, likelihood code)``, or
         None for a model it does not run (an FM of order ≠ 2, context on an entity slot, a robust
-        or multi-output Gaussian, another likelihood or signal)."""
+        or multi-output Gaussian, a one-logit categorical, another likelihood or signal). ``d > 1``
+        logits: the categorical likelihood, EKF or assumed-density update."""
         sig = self.signal
         n_slots = len(self.slots)
         if type(sig) is LinearSignal:
@@ -147,8 +148,10 @@ class FactorizationFilter:
                 return None
         elif type(lik) is Bernoulli:
             code = LIK_BERNOULLI
-        elif type(lik) is AssumedDensityCategorical and self.d == 1:
-            code = LIK_BERNOULLI_ADF
+        elif type(lik) is AssumedDensityCategorical:
+            code = LIK_BERNOULLI_ADF if self.d == 1 else LIK_CATEGORICAL_ADF
+        elif type(lik) is Categorical and self.d > 1:
+            code = LIK_CATEGORICAL
         elif type(lik) is Poisson:
             code = LIK_POISSON
         else:

@@ -57,12 +57,16 @@ from numba.extending import intrinsic
 from ..exceptions import FilterStepError
 from . import enabled
 
-__all__ = ["serves", "run_events_compiled", "predict_events_compiled", "kernel_plan", "KernelPlan"]
+__all__ = ["serves", "run_events_compiled", "predict_events_compiled", "kernel_plan", "KernelPlan",
+           "record_width"]
 
 SIG_LINEAR, SIG_FM2, SIG_CP = 0, 1, 2
 #: the likelihoods: Gaussian (fixed or online noise), Bernoulli (the EKF update), Poisson, and Bernoulli
-#: with the assumed-density update (:class:`~skfilter.likelihoods.AssumedDensityCategorical`, one logit)
+#: with the assumed-density update (:class:`~skfilter.likelihoods.AssumedDensityCategorical`, one logit); for
+#: ``d > 1`` logits (:func:`factorization_events_multi`) the categorical likelihood with the EKF update
+#: (:class:`~skfilter.likelihoods.Categorical`) or the assumed-density one
 LIK_GAUSSIAN, LIK_ADAPTIVE, LIK_BERNOULLI, LIK_POISSON, LIK_BERNOULLI_ADF = 0, 1, 2, 3, 4
+LIK_CATEGORICAL, LIK_CATEGORICAL_ADF = 5, 6
 OK, FAILED = 0, 1
 
 
@@ -562,6 +566,709 @@ def factorization_events(rows2, data, icfg, f64s, dts):
     return n, OK
 
 
+# -- several outputs (multiclass logits) ----------------------------------------------------------------
+
+#: the multiclass kernel's configuration header: :data:`_HEAD`'s fields, then ``d``
+_HEAD_MULTI = _HEAD + 1
+
+
+@njit(cache=True, nogil=True, fastmath=_FASTMATH)
+def _softmax(z, out, d):
+    """``out = softmax(z)`` over the first ``d`` entries (shifted by the largest, as torch)."""
+    mx = z[0]
+    for c in range(1, d):
+        if z[c] > mx:
+            mx = z[c]
+    tot = 0.0
+    for c in range(d):
+        v = math.exp(z[c] - mx)
+        out[c] = v
+        tot += v
+    for c in range(d):
+        out[c] = out[c] / tot
+
+
+@njit(cache=True, nogil=True, fastmath=_FASTMATH)
+def _shift_free(Q, d, v):
+    """The shift-free logit variances of :func:`~skfilter.likelihoods.shift_free_logit_variance`:
+    ``v_c = d/(d − 1) · max(0, Q_cc − 2 r_c + r̄)`` with ``r = Q 1 / d``, into ``v``."""
+    tot = 0.0
+    for c in range(d):
+        s = 0.0
+        for k in range(d):
+            s += Q[c, k]
+        v[c] = s / d
+        tot += v[c]
+    mean_row = tot / d
+    for c in range(d):
+        x = Q[c, c] - 2.0 * v[c] + mean_row
+        v[c] = max(x, 0.0) * (d / (d - 1.0))
+
+
+@njit(cache=True, nogil=True, fastmath=_FASTMATH)
+def _outputs(P, J, lamv, v, voff, nslot, nblk, Ks, Kcs, nfeat, pfeat, sig, fm_lin, cp_off, cp_order, cp_ctx, has_bias,
+             s1, Pc, Jc, d):
+    """The ``d`` logits ``λ_c`` at the block means ``P`` and their gradients into ``J``: output ``c``
+    reads and writes section ``c`` (entries ``c K_b/d … (c + 1) K_b/d − 1``) of each block, the
+    signal of one output (:func:`_signal`) on the sections of its parameters."""
+    for c in range(d):
+        for b in range(nblk):
+            kc = Kcs[b]
+            for i in range(kc):
+                Pc[b, i] = P[b, c * kc + i]
+        lamv[c] = _signal(Pc, Jc, v, voff, nslot, Kcs, nfeat, pfeat, sig, fm_lin, cp_off, cp_order, cp_ctx, has_bias,
+                          s1)
+        for b in range(nblk):
+            kc = Kcs[b]
+            for i in range(kc):
+                J[b, c * kc + i] = Jc[b, i]
+
+
+@njit(cache=True, nogil=True, fastmath=_FASTMATH)
+def _gain_pass(src, Jb, Ub, D, K, kc, d, rows_are_columns):
+    """``U = Σ G`` (``(d, K)``: column ``c`` of ``Σ G`` in row ``c``) of one block, with ``G`` the
+    block-diagonal gradient (output ``c``'s gradient ``J_c`` on section ``c``), and ``D += Gᵀ U``
+    (the block's share of the logits' covariance ``J Σ Jᵀ``). ``rows_are_columns``: ``src`` is
+    exactly symmetric, so rows are read for columns (contiguous). Returns ``Σ_ik src_ik²`` (a bound
+    of ``max |src|²``; it vectorises, the largest value does not)."""
+    ss = 0.0
+    if rows_are_columns:
+        for c in range(d):
+            u = Ub[c]
+            for i in range(K):
+                u[i] = 0.0
+            for k in range(kc):
+                jk = Jb[c * kc + k]
+                row = src[c * kc + k]
+                for i in range(K):
+                    x = row[i]
+                    u[i] += jk * x
+                    ss += x * x
+    else:
+        for i in range(K):
+            row = src[i]
+            for k in range(K):
+                ss += row[k] * row[k]
+            for c in range(d):
+                acc = 0.0
+                for k in range(kc):
+                    acc += row[c * kc + k] * Jb[c * kc + k]
+                Ub[c, i] = acc
+    for c in range(d):
+        for c2 in range(d):
+            acc = 0.0
+            for k in range(kc):
+                acc += Jb[c * kc + k] * Ub[c2, c * kc + k]
+            D[c, c2] += acc
+    return ss
+
+
+@njit(cache=True, nogil=True, fastmath=_FASTMATH)
+def _lowrank_update(src, dst, Za, Zb, K, d, symmetric, exact_sym, acc, write, vmax):
+    """``dst = src − Zaᵀ Zb`` (``Za, Zb (d, K)``; ``src`` and ``dst`` may be the same array).
+
+    ``symmetric`` (a covariance: ``Za = Zb``): the result is symmetrised as the torch engine does,
+    ``½(C + Cᵀ)``: with ``exact_sym`` (``src`` exactly symmetric) row by row (then exact, the
+    products' order being the same for ``(i, k)`` and ``(k, i)``), else the upper triangle from
+    ``½(src + srcᵀ)`` and mirrored. Without ``write`` nothing is stored. Returns whether every value
+    is finite and at most ``vmax`` in magnitude (what the table's dtype holds).
+
+    The row branch subtracts four rows of ``Z`` per sweep, ``((a₀b₀ + a₁b₁) + (a₂b₂ + a₃b₃))``: the same
+    products in the same order for ``(i, k)`` and ``(k, i)``, so an exactly symmetric ``src`` gives
+    an exactly symmetric result."""
+    ok = True
+    if symmetric and not exact_sym:
+        for i in range(K):
+            for k in range(i, K):
+                acc[k] = 0.5 * (src[i, k] + src[k, i])
+            for r in range(d):
+                zi = Za[r, i]
+                zr = Zb[r]
+                for k in range(i, K):
+                    acc[k] -= zi * zr[k]
+            for k in range(i, K):
+                v = acc[k]
+                if not abs(v) <= vmax:
+                    ok = False
+                if write:
+                    dst[i, k] = v
+                    dst[k, i] = v
+        return ok
+    for i in range(K):
+        row = src[i]
+        for k in range(K):
+            acc[k] = row[k]
+        r = 0
+        while r + 4 <= d:  # four rows of Z per sweep of the row (a quarter of the loads and stores)
+            a0, a1, a2, a3 = Za[r, i], Za[r + 1, i], Za[r + 2, i], Za[r + 3, i]
+            b0, b1, b2, b3 = Zb[r], Zb[r + 1], Zb[r + 2], Zb[r + 3]
+            for k in range(K):
+                acc[k] -= (a0 * b0[k] + a1 * b1[k]) + (a2 * b2[k] + a3 * b3[k])
+            r += 4
+        while r < d:
+            zi = Za[r, i]
+            zr = Zb[r]
+            for k in range(K):
+                acc[k] -= zi * zr[k]
+            r += 1
+        if write:
+            out = dst[i]
+            for k in range(K):
+                out[k] = acc[k]
+        else:
+            for k in range(K):
+                if not abs(acc[k]) <= vmax:
+                    ok = False
+    return ok
+
+
+@njit(cache=True, nogil=True, fastmath=_FASTMATH)
+def _cholesky(S, L, d):
+    """``L Lᵀ = S`` (lower, ``d × d``); False unless ``S`` is positive definite with finite factors."""
+    for i in range(d):
+        for k in range(i + 1):
+            s = S[i, k]
+            for m in range(k):
+                s -= L[i, m] * L[k, m]
+            if i == k:
+                if not (s > 0.0 and np.isfinite(s)):
+                    return False
+                L[i, i] = math.sqrt(s)
+            else:
+                L[i, k] = s / L[k, k]
+                if not np.isfinite(L[i, k]):
+                    return False
+        for k in range(i + 1, d):
+            L[i, k] = 0.0
+    return True
+
+
+@njit(cache=True, nogil=True, fastmath=_FASTMATH)
+def _whiten_categorical(lik, lamv, D, y, sw, tiny, d, M, e, p, sp, kap, v, A1, H0, Q, T):
+    """The whitened rows ``H = M Gᵀ`` and residual ``e`` of one event with ``d`` logits: ``M (d, d)``
+    such that each block's rows are ``M`` times its block-diagonal gradient (every output's rows
+    mix the outputs' gradients by the same ``M``), times ``√w``.
+
+    Categorical (:class:`~skfilter.likelihoods.Categorical`): ``p = softmax(λ)``,
+    ``M = diag(√p)(I − 1pᵀ)``, ``e = (y − p)/√p``. Assumed density
+    (:class:`~skfilter.likelihoods.AssumedDensityCategorical`, ``d`` logits): with the logits'
+    covariance ``D = J Σ Jᵀ``, ``κ_c = (1 + π v_c/8)^{−½}`` (``v`` shift-free), ``p̃ = softmax(κ ⊙ λ)``,
+    ``M = T diag(√p̃)(I − 1p̃ᵀ) K Π`` and ``e = T (y − p̃)/√p̃``, where
+    ``T = (I − clip(GᵀDG, 0, 0.9))^{−½}`` from the eigendecomposition of
+    ``diag(√p̃)(I − 1p̃ᵀ)ᵀ… K Π D Π K …`` as the likelihood computes it. Returns False if the
+    eigendecomposition's input is not finite."""
+    if lik == LIK_CATEGORICAL:
+        _softmax(lamv, p, d)
+        for r in range(d):
+            sp[r] = math.sqrt(max(p[r], tiny))
+            e[r] = (y[r] - p[r]) / sp[r] * sw
+        for r in range(d):
+            for c in range(d):
+                M[r, c] = sp[r] * ((1.0 if r == c else 0.0) - p[c]) * sw
+        return True
+    _shift_free(D, d, v)
+    for c in range(d):
+        kap[c] = 1.0 / math.sqrt(1.0 + (math.pi / 8.0) * v[c])
+        v[c] = kap[c] * lamv[c]  # (the tempered logits)
+    _softmax(v, p, d)
+    for c in range(d):
+        sp[c] = math.sqrt(max(p[c], tiny))
+    inv_d = 1.0 / d
+    for c in range(d):  # K Π
+        for c2 in range(d):
+            A1[c, c2] = kap[c] * ((1.0 if c == c2 else 0.0) - inv_d)
+    for c2 in range(d):  # diag(√p̃)(I − 1p̃ᵀ) K Π
+        s = 0.0
+        for c in range(d):
+            s += p[c] * A1[c, c2]
+        for r in range(d):
+            H0[r, c2] = sp[r] * (A1[r, c2] - s)
+    # Q = Π D Π (rows, then columns centred), K Q K, then (I − 1p̃ᵀ) on both sides
+    for r in range(d):
+        s = 0.0
+        for c in range(d):
+            s += D[r, c]
+        s = s / d
+        for c in range(d):
+            Q[r, c] = D[r, c] - s
+    for c in range(d):
+        s = 0.0
+        for r in range(d):
+            s += Q[r, c]
+        s = s / d
+        for r in range(d):
+            Q[r, c] = Q[r, c] - s
+    for r in range(d):
+        for c in range(d):
+            Q[r, c] = kap[r] * Q[r, c] * kap[c]
+    for r in range(d):
+        s = 0.0
+        for c in range(d):
+            s += p[c] * Q[r, c]
+        for c in range(d):
+            Q[r, c] = Q[r, c] - s
+    for c in range(d):
+        s = 0.0
+        for r in range(d):
+            s += p[r] * Q[r, c]
+        for r in range(d):
+            Q[r, c] = Q[r, c] - s
+    for r in range(d):
+        for c in range(d):
+            T[r, c] = sp[r] * Q[r, c] * sp[c]
+    for r in range(d):
+        for c in range(r, d):
+            x = 0.5 * (T[r, c] + T[c, r])
+            if not np.isfinite(x):
+                return False
+            Q[r, c] = x
+            Q[c, r] = x
+    ev, W = np.linalg.eigh(Q[:d, :d])
+    for k in range(d):
+        ev[k] = 1.0 / math.sqrt(1.0 - min(max(ev[k], 0.0), 0.9))
+    for r in range(d):
+        for c in range(d):
+            s = 0.0
+            for k in range(d):
+                s += W[r, k] * ev[k] * W[c, k]
+            T[r, c] = s
+    for c in range(d):
+        v[c] = (y[c] - p[c]) / sp[c]
+    for r in range(d):
+        s = 0.0
+        for c in range(d):
+            s += T[r, c] * v[c]
+        e[r] = s * sw
+        for c2 in range(d):
+            s = 0.0
+            for c in range(d):
+                s += T[r, c] * H0[c, c2]
+            M[r, c2] = s * sw
+    return True
+
+
+@njit(cache=True, nogil=True, fastmath=_FASTMATH)
+def _record_multi(out, lamv, D, d, v, z, p):
+    """``out = [λ (d), v (d), p (d)]``: the logits, their shift-free variances and the probit
+    predictive ``softmax(λ_c / √(1 + π v_c / 8))`` (:func:`~skfilter.likelihoods.probit_probabilities`)."""
+    _shift_free(D, d, v)
+    for c in range(d):
+        out[c] = lamv[c]
+        out[d + c] = v[c]
+        z[c] = lamv[c] / math.sqrt(1.0 + (math.pi / 8.0) * v[c])
+    _softmax(z, p, d)
+    for c in range(d):
+        out[2 * d + c] = p[c]
+
+
+def scratch_sizes_multi(nblk: int, Kmax: int, d: int):
+    """Sizes of the scratch arrays ``(wdt, w64)`` of :func:`factorization_events_multi`."""
+    kk = nblk * Kmax
+    kc = max(Kmax // d, 1)
+    return 3 * kk + 2 * kk * Kmax, 2 * kk + 2 * nblk * kc + 2 * nblk * d * Kmax + d * Kmax + 2 * Kmax + 7 * nblk \
+        + 9 * d * d + 12 * d
+
+
+@njit(cache=True, nogil=True, fastmath=_FASTMATH)
+def factorization_events_multi(rows2, data, icfg, f64s, dts):
+    """:func:`factorization_events` for ``d > 1`` outputs (the logits of a multiclass model, with the
+    categorical likelihood or its assumed-density update).
+
+    Block ``b`` holds ``d`` sections of ``K_b/d`` parameters, output ``c``'s in section ``c`` (the
+    ``(d, n_s, p_s)`` layout of :class:`~skfilter.factorization.model.FactorizationFilter`): the
+    gradient ``G_b (K_b, d)`` of the logits is block-diagonal, column ``c`` the gradient of the one-
+    output signal (:func:`_signal`) on section ``c``. The likelihood's whitened rows are ``H_b = M G_bᵀ``
+    with one ``M (d, d)`` for the event (:func:`_whiten_categorical`), so the DEKF update of
+    :func:`~skfilter.factorization.dekf.dekf_update` (dekf notes §3.2, ``m = d`` rows) becomes, with
+    ``U_b = Σ_b G_b``,
+
+        D = Σ_b G_bᵀ U_b,  S = I + M D Mᵀ = L Lᵀ,  a = Mᵀ S⁻¹ e,  Z_b = L⁻¹ M U_bᵀ,
+        μ_b += U_b a,  Σ_b −= Z_bᵀ Z_b
+
+    (and with references ``U_0b = Σ_0b G_b``, ``Z_0b = L⁻¹ M U_0bᵀ``: ``μ_0b += U_0b a``,
+    ``Σ_0b −= Z_0bᵀ Z_b``, ``Σ_0b0 −= Z_0bᵀ Z_0b``): one pass over each covariance for ``U_b`` and one
+    for the rank-``d`` update, in place. ``D`` is also the logits' covariance ``J Σ Jᵀ`` of the
+    prediction and of the assumed-density whitening.
+
+    Arguments as :func:`factorization_events`, with ``icfg``'s header followed by ``d`` (then ``Ks``
+    …), ``data (n, n_v + d + 1 + 3d)``: the values, the one-hot target ``Y (d)``, ``w`` and ``rec``
+    (``[λ (d), v (d), p (d)]``: the logits, their shift-free variances and the probit predictive
+    probabilities, :func:`_record_multi`), and ``f64s``: the configuration, the ``omegas``, the
+    largest value of the tables' dtype, then scratch. A new block is checked before anything is
+    written: the means in scratch, the covariances bounded (``‖Σ‖_F + Σ Z²``, at least their largest
+    value, below a quarter of the dtype's largest value) or else computed once without writing and
+    checked. Returns
+    ``(events done, OK or FAILED)``."""
+    n = data.shape[0]
+    nblk, nslot, sig, fm_lin = icfg[0], icfg[1], icfg[2], icfg[3]
+    cp_off, cp_order, cp_ctx, has_bias = icfg[4], icfg[5], icfg[6], icfg[7] != 0
+    lik, dynamic, record, learn = icfg[8], icfg[9] != 0, icfg[10] != 0, icfg[11] != 0
+    t_step, has_w, t0 = icfg[12], icfg[13] != 0, icfg[14]
+    d = icfg[15]
+    o = _HEAD_MULTI
+    Ks = icfg[o:o + nblk]
+    o += nblk
+    nfeat = icfg[o:o + nslot]
+    o += nslot
+    pfeat = icfg[o:o + nslot]
+    o += nslot
+    voff = icfg[o:o + nslot + 1]
+    o += nslot + 1
+    sym = icfg[o:o + nblk]
+    o += nblk
+    ptrs = icfg[o:o + 7 * nblk].reshape((nblk, 7))
+    nv = voff[nslot]
+    rows = rows2[:nblk]
+    newat = rows2[nblk:]
+    vals = data[:, :nv]
+    Y = data[:, nv:nv + d]
+    w = data[:, nv + d]
+    rec = data[:, nv + d + 1:nv + 4 * d + 1]
+    tiny = f64s[4]
+    log_alpha, g_den = f64s[5], f64s[6]
+    omegas = f64s[7:7 + nblk]
+    vmax = f64s[7 + nblk]
+    lim = 0.25 * vmax
+    w64 = f64s[8 + nblk:]
+    Kmax = 1
+    for b in range(nblk):
+        if Ks[b] > Kmax:
+            Kmax = Ks[b]
+    Kcs = np.empty(nblk, dtype=np.int64)
+    for b in range(nblk):
+        Kcs[b] = Ks[b] // d
+    kcm = max(Kmax // d, 1)
+    kk = nblk * Kmax
+    kk2 = kk * Kmax
+    noise = dts[0:3]
+    pcen = dts[3:3 + kk].reshape((nblk, Kmax))
+    pcov = dts[3 + kk:3 + kk + kk2].reshape((nblk, Kmax, Kmax))
+    wdt = dts[3 + kk + kk2:]
+    PM = wdt[0:kk].reshape((nblk, Kmax))
+    PMp = wdt[kk:2 * kk].reshape((nblk, Kmax))
+    PRM = wdt[2 * kk:3 * kk].reshape((nblk, Kmax))
+    PC = wdt[3 * kk:3 * kk + kk2].reshape((nblk, Kmax, Kmax))
+    PX = wdt[3 * kk + kk2:3 * kk + 2 * kk2].reshape((nblk, Kmax, Kmax))
+    o = 0
+    J = w64[o:o + kk].reshape((nblk, Kmax))
+    o += kk
+    Jp = w64[o:o + kk].reshape((nblk, Kmax))
+    o += kk
+    Pc = w64[o:o + nblk * kcm].reshape((nblk, kcm))
+    o += nblk * kcm
+    Jc = w64[o:o + nblk * kcm].reshape((nblk, kcm))
+    o += nblk * kcm
+    U = w64[o:o + nblk * d * Kmax].reshape((nblk, d, Kmax))
+    o += nblk * d * Kmax
+    Z = w64[o:o + nblk * d * Kmax].reshape((nblk, d, Kmax))
+    o += nblk * d * Kmax
+    U0 = w64[o:o + d * Kmax].reshape((d, Kmax))
+    o += d * Kmax
+    acc = w64[o:o + Kmax]
+    o += Kmax
+    s1 = w64[o:o + Kmax]
+    o += Kmax
+    PRED = w64[o:o + nblk]
+    o += nblk
+    smax = w64[o:o + nblk]
+    o += nblk
+    zmax = w64[o:o + nblk]
+    o += nblk
+    xmax = w64[o:o + nblk]  # (references: max |Σ_0b|, then max |Σ_0b0|)
+    o += nblk
+    rmax = w64[o:o + nblk]
+    o += nblk
+    z0max = w64[o:o + nblk]
+    o += nblk
+    o += nblk
+    D = w64[o:o + d * d].reshape((d, d))
+    o += d * d
+    M = w64[o:o + d * d].reshape((d, d))
+    o += d * d
+    N = w64[o:o + d * d].reshape((d, d))
+    o += d * d
+    S = w64[o:o + d * d].reshape((d, d))
+    o += d * d
+    L = w64[o:o + d * d].reshape((d, d))
+    o += d * d
+    A1 = w64[o:o + d * d].reshape((d, d))
+    o += d * d
+    H0 = w64[o:o + d * d].reshape((d, d))
+    o += d * d
+    Qm = w64[o:o + d * d].reshape((d, d))
+    o += d * d
+    T = w64[o:o + d * d].reshape((d, d))
+    o += d * d
+    lamv = w64[o:o + d]
+    lampv = w64[o + d:o + 2 * d]
+    e = w64[o + 2 * d:o + 3 * d]
+    u = w64[o + 3 * d:o + 4 * d]
+    av = w64[o + 4 * d:o + 5 * d]
+    p = w64[o + 5 * d:o + 6 * d]
+    sp = w64[o + 6 * d:o + 7 * d]
+    kap = w64[o + 7 * d:o + 8 * d]
+    vv = w64[o + 8 * d:o + 9 * d]
+    zz = w64[o + 9 * d:o + 10 * d]
+    for b in range(nblk):
+        for i in range(Kmax):
+            J[b, i] = 0.0
+            Jp[b, i] = 0.0
+        for i in range(kcm):
+            Jc[b, i] = 0.0
+    for j in range(n):
+        t = t0 + 1 + j * t_step
+        wj = w[j] if has_w else 1.0
+        upd = learn and wj > 0.0
+        anynew = False
+        # 1. the blocks, brought forward (into scratch; an unmoved block's covariances are read in place)
+        for b in range(nblk):
+            PRED[b] = 0.0
+            if record and newat[b, j]:
+                anynew = True
+                if not learn:
+                    continue
+            r = rows[b, j]
+            K = Ks[b]
+            mean = _mat(ptrs, b, _MEAN, K, pcen)
+            delta = 0
+            if dynamic:
+                delta = t - _times(ptrs, b, rows)[r]
+                if delta < 0:
+                    delta = 0
+            if delta > 0:
+                PRED[b] = 1.0
+                cov = _cube(ptrs, b, _COV, K, pcen)
+                a = math.exp(delta * log_alpha)
+                g = math.expm1(2.0 * delta * log_alpha) / g_den
+                rm = _mat(ptrs, b, _REF_MEAN, K, pcen)
+                cr = _cube(ptrs, b, _CROSS, K, pcen)
+                rc = _cube(ptrs, b, _REF_COV, K, pcen)
+                gom = g * omegas[b]
+                aa = a * a
+                oa2 = (1.0 - a) * (1.0 - a)
+                am = a - aa
+                for i in range(K):
+                    PM[b, i] = a * (mean[r, i] - rm[r, i]) + rm[r, i]
+                    PRM[b, i] = rm[r, i]
+                for i in range(K):
+                    for k in range(i, K):
+                        v1 = aa * cov[r, i, k] + oa2 * rc[r, i, k] + am * (cr[r, i, k] + cr[r, k, i])
+                        v2 = aa * cov[r, k, i] + oa2 * rc[r, k, i] + am * (cr[r, k, i] + cr[r, i, k])
+                        if i == k:
+                            v1 += gom
+                            v2 += gom
+                        v = 0.5 * (v1 + v2)
+                        PC[b, i, k] = v
+                        PC[b, k, i] = v
+                        PX[b, i, k] = a * cr[r, i, k] + (1.0 - a) * rc[r, i, k]
+                        PX[b, k, i] = a * cr[r, k, i] + (1.0 - a) * rc[r, k, i]
+            else:
+                for i in range(K):
+                    PM[b, i] = mean[r, i]
+                if dynamic:
+                    rm = _mat(ptrs, b, _REF_MEAN, K, pcen)
+                    for i in range(K):
+                        PRM[b, i] = rm[r, i]
+        # 1b. the one-step-ahead prediction, when the update's own (the same blocks) is not made
+        if record and (anynew or not upd):
+            for b in range(nblk):
+                src = pcen[b] if newat[b, j] else PM[b]
+                for i in range(Ks[b]):
+                    PMp[b, i] = src[i]
+            _outputs(PMp, Jp, lampv, vals[j], voff, nslot, nblk, Ks, Kcs, nfeat, pfeat, sig, fm_lin, cp_off, cp_order,
+                     cp_ctx, has_bias, s1, Pc, Jc, d)
+            for c in range(d):
+                for c2 in range(d):
+                    D[c, c2] = 0.0
+            for b in range(nblk):
+                K = Ks[b]
+                if newat[b, j]:
+                    _gain_pass(pcov[b], Jp[b], U[b], D, K, Kcs[b], d, sym[b] != 0)
+                elif PRED[b] != 0.0:
+                    _gain_pass(PC[b], Jp[b], U[b], D, K, Kcs[b], d, True)
+                else:
+                    _gain_pass(_cube(ptrs, b, _COV, K, pcen)[rows[b, j]], Jp[b], U[b], D, K, Kcs[b], d, sym[b] != 0)
+            _record_multi(rec[j], lampv, D, d, vv, zz, p)
+        if not learn:
+            continue
+        if not upd:  # skipped: the clock and the predict only
+            if dynamic:
+                for b in range(nblk):
+                    r = rows[b, j]
+                    K = Ks[b]
+                    if PRED[b] != 0.0:
+                        mean = _mat(ptrs, b, _MEAN, K, pcen)
+                        cov = _cube(ptrs, b, _COV, K, pcen)
+                        cr = _cube(ptrs, b, _CROSS, K, pcen)
+                        for i in range(K):
+                            mean[r, i] = PM[b, i]
+                            for k in range(K):
+                                cov[r, i, k] = PC[b, i, k]
+                                cr[r, i, k] = PX[b, i, k]
+                    _times(ptrs, b, rows)[r] = t
+            continue
+        # 2. the logits and their gradients; U_b = Σ_b G_b and D = Σ_b G_bᵀ U_b
+        _outputs(PM, J, lamv, vals[j], voff, nslot, nblk, Ks, Kcs, nfeat, pfeat, sig, fm_lin, cp_off, cp_order, cp_ctx,
+                 has_bias, s1, Pc, Jc, d)
+        for c in range(d):
+            if not np.isfinite(lamv[c]):
+                return j, FAILED
+            for c2 in range(d):
+                D[c, c2] = 0.0
+        for b in range(nblk):
+            K = Ks[b]
+            if PRED[b] != 0.0:
+                smax[b] = _gain_pass(PC[b], J[b], U[b], D, K, Kcs[b], d, True)
+            else:
+                smax[b] = _gain_pass(_cube(ptrs, b, _COV, K, pcen)[rows[b, j]], J[b], U[b], D, K, Kcs[b], d,
+                                     sym[b] != 0)
+        if record:
+            _record_multi(rec[j], lamv, D, d, vv, zz, p)
+        # 3. whitening: H_b = M G_bᵀ, e (times √w)
+        sw = math.sqrt(wj) if wj != 1.0 else 1.0
+        if not _whiten_categorical(lik, lamv, D, Y[j], sw, tiny, d, M, e, p, sp, kap, vv, A1, H0, Qm, T):
+            return j, FAILED
+        # 4. S = I + M D Mᵀ = L Lᵀ (symmetrised), a = Mᵀ S⁻¹ e, N = L⁻¹ M
+        for r in range(d):
+            for c in range(d):
+                s = 0.0
+                for k in range(d):
+                    s += M[r, k] * D[k, c]
+                A1[r, c] = s
+        for r in range(d):
+            for c in range(d):
+                s = 0.0
+                for k in range(d):
+                    s += A1[r, k] * M[c, k]
+                S[r, c] = s + (1.0 if r == c else 0.0)
+        for r in range(d):
+            for c in range(r + 1, d):
+                x = 0.5 * (S[r, c] + S[c, r])
+                S[r, c] = x
+                S[c, r] = x
+        if not _cholesky(S, L, d):
+            return j, FAILED
+        for r in range(d):  # forward: L z = e
+            s = e[r]
+            for k in range(r):
+                s -= L[r, k] * zz[k]
+            zz[r] = s / L[r, r]
+        for r in range(d - 1, -1, -1):  # back: Lᵀ u = z
+            s = zz[r]
+            for k in range(r + 1, d):
+                s -= L[k, r] * u[k]
+            u[r] = s / L[r, r]
+        for c in range(d):
+            s = 0.0
+            for r in range(d):
+                s += M[r, c] * u[r]
+            av[c] = s
+        for c in range(d):  # N = L⁻¹ M, column by column
+            for r in range(d):
+                s = M[r, c]
+                for k in range(r):
+                    s -= L[r, k] * N[k, c]
+                N[r, c] = s / L[r, r]
+        # 5. the new means (scratch), Z_b and the bounds; nothing written yet
+        fits = True
+        for b in range(nblk):
+            K = Ks[b]
+            r = rows[b, j]
+            for i in range(K):
+                acc[i] = PM[b, i]
+            for c in range(d):
+                ac = av[c]
+                uc = U[b, c]
+                for i in range(K):
+                    acc[i] += ac * uc[i]
+            for i in range(K):
+                s = acc[i]
+                if not abs(s) <= vmax:
+                    return j, FAILED
+                PM[b, i] = s
+            zm = 0.0  # Σ Z², a bound of |Σ_q Z_qi Z_qk| (Cauchy–Schwarz)
+            for q in range(d):
+                zq = Z[b, q]
+                for i in range(K):
+                    zq[i] = 0.0
+                for c in range(d):
+                    nc = N[q, c]
+                    uc = U[b, c]
+                    for i in range(K):
+                        zq[i] += nc * uc[i]
+                for i in range(K):
+                    zm += zq[i] * zq[i]
+            zmax[b] = zm
+            if not math.sqrt(smax[b]) + zm <= lim:  # (NaN: not fitting, then the check below finds it)
+                fits = False
+            if dynamic:
+                srx = PX[b] if PRED[b] != 0.0 else _cube(ptrs, b, _CROSS, K, pcen)[r]
+                rc = _cube(ptrs, b, _REF_COV, K, pcen)[r]
+                xm = _gain_pass(srx, J[b], U0, Qm, K, Kcs[b], d, False)  # (Qm: a discarded Gᵀ U_0b)
+                rm_ = 0.0
+                for i in range(K):
+                    for k in range(K):
+                        rm_ += rc[i, k] * rc[i, k]
+                for i in range(K):
+                    s = PRM[b, i]
+                    for c in range(d):
+                        s += U0[c, i] * av[c]
+                    PRM[b, i] = s
+                    if not abs(s) <= vmax:
+                        return j, FAILED
+                # Z_0b into U's row of the block (U_b is no longer needed: Z_b and the means hold it)
+                z0 = 0.0
+                for q in range(d):
+                    for i in range(K):
+                        s = 0.0
+                        for c in range(d):
+                            s += N[q, c] * U0[c, i]
+                        U[b, q, i] = s
+                        z0 += s * s
+                z0max[b] = z0
+                xmax[b] = xm
+                rmax[b] = rm_
+                if not (math.sqrt(xm) + math.sqrt(z0 * zm) <= lim and math.sqrt(rm_) + z0 <= lim):
+                    fits = False
+        if not fits:  # a value might not fit the dtype: compute every new value once, unwritten
+            for b in range(nblk):
+                K = Ks[b]
+                r = rows[b, j]
+                src = PC[b] if PRED[b] != 0.0 else _cube(ptrs, b, _COV, K, pcen)[r]
+                if not _lowrank_update(src, src, Z[b], Z[b], K, d, True, PRED[b] != 0.0 or sym[b] != 0, acc, False,
+                                       vmax):
+                    return j, FAILED
+                if dynamic:
+                    srx = PX[b] if PRED[b] != 0.0 else _cube(ptrs, b, _CROSS, K, pcen)[r]
+                    rc = _cube(ptrs, b, _REF_COV, K, pcen)[r]
+                    if not _lowrank_update(srx, srx, U[b], Z[b], K, d, False, False, acc, False, vmax):
+                        return j, FAILED
+                    if not _lowrank_update(rc, rc, U[b], U[b], K, d, True, sym[b] != 0, acc, False, vmax):
+                        return j, FAILED
+        # 6. written
+        for b in range(nblk):
+            r = rows[b, j]
+            K = Ks[b]
+            mean = _mat(ptrs, b, _MEAN, K, pcen)
+            for i in range(K):
+                mean[r, i] = PM[b, i]
+            cov = _cube(ptrs, b, _COV, K, pcen)[r]
+            pred = PRED[b] != 0.0
+            if pred or zmax[b] != 0.0 or sym[b] == 0:
+                _lowrank_update(PC[b] if pred else cov, cov, Z[b], Z[b], K, d, True, pred or sym[b] != 0, acc, True,
+                                vmax)
+            if dynamic:
+                rm = _mat(ptrs, b, _REF_MEAN, K, pcen)
+                for i in range(K):
+                    rm[r, i] = PRM[b, i]
+                cr = _cube(ptrs, b, _CROSS, K, pcen)[r]
+                rc = _cube(ptrs, b, _REF_COV, K, pcen)[r]
+                _lowrank_update(PX[b] if pred else cr, cr, U[b], Z[b], K, d, False, False, acc, True, vmax)
+                _lowrank_update(rc, rc, U[b], U[b], K, d, True, sym[b] != 0, acc, True, vmax)
+                _times(ptrs, b, rows)[r] = t
+    return n, OK
+
+
 # -- Python side ---------------------------------------------------------------------------------------
 
 def scratch_sizes(nblk: int, Kmax: int):
@@ -573,14 +1280,16 @@ def scratch_sizes(nblk: int, Kmax: int):
 def serves(filt) -> bool:
     """Whether :func:`run_events_compiled` handles ``filt`` (a
     :class:`~skfilter.factorization.model.FactorizationFilter`): the kernels on
-    (:func:`skfilter.kernels.enabled`), CPU, float64 or float32, one output, ``iterations == 1``, a
-    linear signal, MF/CP (biases, context on or off) or an order-2 factorization machine (linear term
-    on or off), a Gaussian (fixed or online noise, not ``robust_threshold``), Bernoulli or Poisson
-    likelihood, one table per slot."""
+    (:func:`skfilter.kernels.enabled`), CPU, float64 or float32, ``iterations == 1``, a linear signal,
+    MF/CP (biases, context on or off) or an order-2 factorization machine (linear term on or off),
+    one table per slot, and either one output with a Gaussian (fixed or online noise, not
+    ``robust_threshold``), Bernoulli (EKF or assumed-density update) or Poisson likelihood, or ``d > 1``
+    outputs (multiclass logits, :func:`factorization_events_multi`) with the categorical likelihood
+    (EKF or assumed-density update)."""
     try:
         if not enabled() or filt.device.type != "cpu" or filt.dtype not in (torch.float64, torch.float32):
             return False
-        if filt.d != 1 or filt.iterations != 1:
+        if filt.iterations != 1:
             return False
         names = [s.name for s in filt.slots] + (["bias"] if filt.has_bias else [])
         if len(set(names)) != len(names) or not filt.slots:
@@ -588,13 +1297,16 @@ def serves(filt) -> bool:
         codes = filt.kernel_codes()
         if codes is None:
             return False
+        d = filt.d
+        if (d != 1) != (codes[-1] in (LIK_CATEGORICAL, LIK_CATEGORICAL_ADF)) or d < 1:
+            return False
         for s, slot in enumerate(filt.slots):
             table = filt.tables[slot.name]
-            if table.K != slot.n_features * filt.signal.params_per_feature(s) or table.dtype != filt.dtype:
+            if table.K != d * slot.n_features * filt.signal.params_per_feature(s) or table.dtype != filt.dtype:
                 return False
             if table.references != (filt.alpha is not None):
                 return False
-        if filt.has_bias and filt.tables["bias"].K != 1:
+        if filt.has_bias and filt.tables["bias"].K != d:
             return False
         if codes[0] == SIG_FM2 and len({filt.signal.params_per_feature(s) for s in range(len(filt.slots))}) != 1:
             return False
@@ -651,7 +1363,9 @@ class KernelPlan:
     tables' arrays (refreshed when a table's tensors are replaced: growth, ``to``; the plan holds
     the tensors). With a Gaussian likelihood the filter's noise state becomes tensors viewing the
     plan's ``noise`` array, which the kernel updates in place. Cached on the filter
-    (:func:`kernel_plan`); one-event calls (:meth:`predict_one`, :meth:`learn_one`) cost a few µs."""
+    (:func:`kernel_plan`); one-event calls (:meth:`predict_one`, :meth:`learn_one`) cost a few µs.
+    A filter of ``d > 1`` outputs runs :func:`factorization_events_multi` (its header has ``d``; the
+    events' target and record are ``d`` and ``3d`` columns wide, :func:`record_width`)."""
 
     def __init__(self, filt):
         sig, fm_lin, cp_off, cp_order, cp_ctx, lik = filt.kernel_codes()
@@ -664,6 +1378,11 @@ class KernelPlan:
         self.tables = [filt.tables[k] for k in self.names]
         self.lik = lik
         self.gaussian = lik in (LIK_GAUSSIAN, LIK_ADAPTIVE)
+        self.d = d = filt.d
+        self.multi = multi = d > 1
+        self.kernel = factorization_events_multi if multi else factorization_events
+        #: the columns of an event's target (``d``) and record (:func:`record_width`) in ``data``
+        self.n_y, self.rec_width = d, record_width(filt)
         nblk = self.nblk
         lk = filt.likelihood
         bound = getattr(lk, "residual_bound", None)
@@ -676,18 +1395,21 @@ class KernelPlan:
         head = [nblk, self.nslot, sig, fm_lin, cp_off, cp_order, cp_ctx, int(filt.has_bias), lik, int(dynamic), 0, 1,
                 1, 0, 0]
         assert len(head) == _HEAD
+        if multi:
+            head = head + [d]
         self._sym_at = len(head) + len(Ks) + len(nfeat) + len(pfeat) + len(voff)
         self.icfg = np.concatenate([head, Ks, nfeat, pfeat, voff, np.zeros(nblk), np.zeros(7 * nblk)]).astype(np.int64)
         self._ptrs_at = len(self.icfg) - 7 * nblk
         self.icfg_predict = self.icfg.copy()
         self.icfg_predict[10:13] = (1, 0, 0)  # record, do not learn, every event at the next step
         Kmax = int(Ks.max())
-        size_dt, size_64 = scratch_sizes(nblk, Kmax)
+        size_dt, size_64 = scratch_sizes_multi(nblk, Kmax, d) if multi else scratch_sizes(nblk, Kmax)
         fcfg = [float(getattr(lk, "eps_min", 0.0)), float(getattr(lk, "min_variance", 0.0)),
                 -1.0 if bound is None else float(bound), float(getattr(lk, "max_log_rate", 30.0)),
                 float(torch.finfo(filt.dtype).eps) ** 2, log_alpha, math.expm1(2.0 * log_alpha) if dynamic else 1.0]
         self._omegas_at = len(fcfg)
-        self.f64s = np.concatenate([fcfg, np.zeros(nblk), np.zeros(size_64)]).astype(np.float64)
+        tail = [float(torch.finfo(filt.dtype).max)] if multi else []  # (the multiclass kernel's bound)
+        self.f64s = np.concatenate([fcfg, np.zeros(nblk), tail, np.zeros(size_64)]).astype(np.float64)
         kk = nblk * Kmax
         self.dts = np.zeros(3 + kk + kk * Kmax + size_dt, dtype=self.np_dtype)
         self.noise = self.dts[0:3]
@@ -702,10 +1424,12 @@ class KernelPlan:
         self.rows1 = np.zeros((2 * nblk, 1), dtype=np.int64)
         self.rows_flat = self.rows1[:nblk, 0]
         self.new_flat = self.rows1[nblk:, 0]
-        self.data1 = np.zeros((1, nv + 7), dtype=np.float64)
-        self.data1[0, nv + 1] = 1.0
+        ny = self.n_y
+        self.data1 = np.zeros((1, nv + ny + 1 + self.rec_width), dtype=np.float64)
+        self.data1[0, nv + ny] = 1.0
         self.values1 = self.data1[:, :nv]  # written by the caller of the one-event methods
-        self.rec1 = self.data1[0, nv + 2:]
+        self.y1 = self.data1[0, nv:nv + ny]
+        self.rec1 = self.data1[0, nv + ny + 1:]
         self.refresh()
 
     def set_priors(self):
@@ -770,28 +1494,29 @@ class KernelPlan:
         """Run the kernel on ``n`` events (arrays as :func:`factorization_events` before packing);
         ``record``: an ``(n, 5)`` array that gets ``rec``."""
         n = Y.shape[0]
-        nblk, nv = self.nblk, self.n_values
+        nblk, nv, ny = self.nblk, self.n_values, self.n_y
         rows2 = np.zeros((2 * nblk, n), dtype=np.int64)
         rows2[:nblk] = rows
         if newat is not None:
             rows2[nblk:] = newat
-        data = np.empty((n, nv + 7), dtype=np.float64)
+        data = np.empty((n, nv + ny + 1 + self.rec_width), dtype=np.float64)
         data[:, :nv] = vals
-        data[:, nv] = Y
-        data[:, nv + 1] = 1.0 if w is None else w
+        data[:, nv:nv + ny] = Y.reshape(n, ny)
+        data[:, nv + ny] = 1.0 if w is None else w
         icfg = icfg.copy()
         icfg[13], icfg[14] = int(w is not None), int(t0)
         with self.lock:
             self.sync()
             icfg[self._ptrs_at:] = self.icfg[self._ptrs_at:]  # the addresses as sync left them
-            out = factorization_events(rows2, data, icfg, self.f64s, self.dts)
+            out = self.kernel(rows2, data, icfg, self.f64s, self.dts)
         if record is not None:
-            record[:] = data[:, nv + 2:]
+            record[:] = data[:, nv + ny + 1:]
         return out
 
     # -- one event ----------------------------------------------------------------------------------
     def predict_one(self, keys, vals=None):
-        """``[λ, Var λ, r, a, b]`` (:func:`factorization_events`) of one event at the next step:
+        """``[λ, Var λ, r, a, b]`` (:func:`factorization_events`; ``d > 1``: ``[λ, v, p]``,
+        :func:`factorization_events_multi`) of one event at the next step:
         ``keys`` the id of each block (its table's key: 0 for the context and the bias), its
         feature values in :attr:`values1` (or ``vals``, ``(1, n_values)``). Writes nothing. The
         caller holds :attr:`lock` (and reads the returned view, a buffer, under it)."""
@@ -811,11 +1536,12 @@ class KernelPlan:
             self.values1[:] = vals
         icfg = self.icfg_predict
         icfg[14] = self.filt.time
-        factorization_events(self.rows1, self.data1, icfg, self.f64s, self.dts)
+        self.kernel(self.rows1, self.data1, icfg, self.f64s, self.dts)
         return self.rec1
 
     def learn_one(self, keys, y, vals=None):
-        """Learn one event (as ``filt.step``; its values in :attr:`values1` or ``vals``); on a
+        """Learn one event (as ``filt.step``; its values in :attr:`values1` or ``vals``; ``y`` the
+        target, for ``d > 1`` outputs the index of the event's class, or its one-hot row); on a
         numerical failure nothing is kept (its new entities are dropped with their prior draws) and
         :class:`~skfilter.exceptions.FilterStepError` is raised. The caller holds :attr:`lock`."""
         f = self.filt
@@ -835,10 +1561,18 @@ class KernelPlan:
         self.sync()  # after the creations (a table may have grown)
         if vals is not None and vals is not self.values1:
             self.values1[:] = vals
-        self.data1[0, self.n_values] = y
+        if self.multi:
+            y1 = self.y1
+            if np.ndim(y):
+                y1[:] = y
+            else:
+                y1[:] = 0.0
+                y1[int(y)] = 1.0
+        else:
+            self.data1[0, self.n_values] = y
         icfg = self.icfg
         icfg[14] = t0
-        done, status = factorization_events(self.rows1, self.data1, icfg, self.f64s, self.dts)
+        done, status = self.kernel(self.rows1, self.data1, icfg, self.f64s, self.dts)
         if status == OK:
             f.time = t0 + 1
             return
@@ -870,9 +1604,15 @@ def _values_array(values, n):
     return np.ascontiguousarray(np.concatenate(vals, axis=1)) if vals else np.zeros((n, 0))
 
 
+def record_width(filt) -> int:
+    """The columns of the kernel's record of an event (:func:`predict_events_compiled`): 5,
+    ``[λ, Var λ, r, a, b]``, for one output; ``3d``, ``[λ (d), v (d), p (d)]``, for ``d > 1``."""
+    return 5 if filt.d == 1 else 3 * filt.d
+
+
 def predict_events_compiled(filt, slot_ids, values) -> np.ndarray:
-    """``[λ, Var λ, r, a, b]`` per event (:func:`factorization_events`, ``(n, 5)`` float64) of ``n``
-    events at the next step, as :meth:`~skfilter.factorization.model.FactorizationFilter.linearized`
+    """``[λ, Var λ, r, a, b]`` per event (:func:`factorization_events`, ``(n, 5)`` float64; for ``d > 1``
+    outputs ``[λ, v, p]``, ``(n, 3d)``: :func:`factorization_events_multi`) of ``n`` events at the next step, as :meth:`~skfilter.factorization.model.FactorizationFilter.linearized`
     (the blocks brought forward to ``time + 1``, an unseen id at its prior; nothing is written)."""
     if not serves(filt):
         raise ValueError("predict_events_compiled does not serve this filter (see serves).")
@@ -886,8 +1626,9 @@ def predict_events_compiled(filt, slot_ids, values) -> np.ndarray:
             get(0, -1)
     newat = rows < 0
     rows[newat] = 0
-    rec = np.zeros((n, 5), dtype=np.float64)
-    plan.call(rows, newat, _values_array(values, n), np.zeros(n), None, int(filt.time), plan.icfg_predict, rec)
+    rec = np.zeros((n, plan.rec_width), dtype=np.float64)
+    plan.call(rows, newat, _values_array(values, n), np.zeros((n, plan.n_y)), None, int(filt.time), plan.icfg_predict,
+              rec)
     return rec
 
 
@@ -941,12 +1682,13 @@ def run_events_compiled(filt, slot_ids, values, Y, weights, record=None, first_a
         One that :func:`serves` accepts.
     slot_ids : list over ``filt.slots`` of sequences of ``n`` ids (``None`` for the context slot)
     values : list over ``filt.slots`` of tensors ``(n, n_s)``
-    Y : tensor ``(n, 1)``
+    Y : tensor ``(n, d)`` (multiclass: one-hot rows)
     weights : ndarray ``(n,)`` or None
         ``w`` scales the event's precision; ``w <= 0`` skips the update (the clock advances).
-    record : ndarray ``(n, 5)`` float64, optional
+    record : ndarray ``(n, record_width(filt))`` float64, optional
         Filled with each event's one-step-ahead prediction, made before it is learned (as
-        :func:`predict_events_compiled` would give it then): ``[λ, Var λ, r, a, b]``.
+        :func:`predict_events_compiled` would give it then): ``[λ, Var λ, r, a, b]`` (``d > 1``:
+        ``[λ, v, p]``).
     first_appearances : FirstAppearances, optional
         The rows of these events (found for ``slot_ids`` beforehand, for at least ``n`` events),
         when every table is empty: the ids are not looked up.
@@ -995,7 +1737,7 @@ def run_events_compiled(filt, slot_ids, values, Y, weights, record=None, first_a
         if record is not None:
             newat[b, first] = 1
     vals = _values_array(values, n)
-    Yn = np.ascontiguousarray(np.asarray(Y.detach().cpu().numpy(), dtype=np.float64).reshape(n))
+    Yn = np.ascontiguousarray(np.asarray(Y.detach().cpu().numpy(), dtype=np.float64).reshape(n, plan.n_y))
     has_w = weights is not None
     w = np.ascontiguousarray(np.asarray(weights, dtype=np.float64).reshape(n)) if has_w else None
     icfg = plan.icfg.copy()
