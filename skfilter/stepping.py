@@ -43,6 +43,8 @@ import abc
 import functools
 import math
 import operator
+import sys
+import threading
 import weakref
 
 import numpy as np
@@ -100,10 +102,53 @@ FACTORED_KERNEL_MAX_PARAMS = 100_000
 #: a count the tests and benchmarks read to see that a stream stays compiled, not a timing
 HANDED_BACK = [0]
 
+#: large arrays :func:`recycled_empty` made, most recently used last (at most :data:`RECYCLED_MAX`)
+_RECYCLED = []
+RECYCLED_MAX = 6
+#: arrays smaller than this are plain ``np.empty`` (no page faults worth avoiding)
+RECYCLE_MIN_BYTES = 1 << 20
+_RECYCLED_LOCK = threading.Lock()
+#: references to an unused array while :func:`recycled_empty` looks at it: the list, the local
+#: name and :func:`sys.getrefcount`'s argument
+_UNUSED_REFS = 3
+
+
+def recycled_empty(shape, dtype):
+    """An uninitialised array of ``shape`` and ``dtype``, reusing a large one this function made
+    before that nothing refers to any more, else a new one.
+
+    Fresh memory costs a page fault per page on first touch (on a virtual machine mostly system
+    time, about 1 ms per MB measured for the 2 MB covariances of a run-length pool), which the
+    compiled run-length filter over the full EKF would pay on every call (``(K + 1) P²`` numbers
+    of its pool, ``K P²`` of the beliefs it returns). An array is unused when the only references
+    to it are this cache's: a NumPy view, a tensor of :func:`torch.from_numpy` and a plan keeping
+    it all hold one (CPython's reference count). At most :data:`RECYCLED_MAX` arrays are kept (the
+    least recently used unused one makes room; one made while all are in use is not kept)."""
+    dtype = np.dtype(dtype)
+    shape = tuple(int(n) for n in shape)
+    if math.prod(shape) * dtype.itemsize < RECYCLE_MIN_BYTES:
+        return np.empty(shape, dtype=dtype)
+    with _RECYCLED_LOCK:
+        for i in range(len(_RECYCLED)):
+            arr = _RECYCLED[i]
+            if arr.shape == shape and arr.dtype == dtype and sys.getrefcount(arr) == _UNUSED_REFS:
+                _RECYCLED.append(_RECYCLED.pop(i))
+                return arr
+        arr = np.empty(shape, dtype=dtype)
+        if len(_RECYCLED) >= RECYCLED_MAX:
+            free = [i for i in range(len(_RECYCLED)) if sys.getrefcount(_RECYCLED[i]) == _UNUSED_REFS - 1]
+            if not free:
+                return arr
+            del _RECYCLED[free[0]]
+        _RECYCLED.append(arr)
+        return arr
+
 #: adapter → (MLP program, input map): the kernels' view of a default MLP, built once per adapter
 _PROGRAMS = weakref.WeakKeyDictionary()
 #: adapter → (key, plan): the last plan built for an adapter's filter (its buffers are per call)
 _PLANS = weakref.WeakKeyDictionary()
+#: the :class:`RunLengthPlan` of an adapter (:func:`runlength_plan_for`)
+_RUNLENGTH_PLANS = weakref.WeakKeyDictionary()
 
 
 def _program_of(adapter):
@@ -1147,7 +1192,8 @@ class RunLengthPlan:
     """RL[K]-PR (BOCD with ``reset='prior'``, ``K`` run lengths kept) over a compiled filter — LoFi,
     the VD/FD-EKF or the full-covariance EKF — on the kernels of :mod:`skfilter.kernels.runlength`:
     many rows per call, the hypotheses in a pool of belief slots reordered by index (no belief
-    copied per step). Built by :func:`runlength_plan_for` around the base filter's
+    copied per step; the full EKF's ``(K + 1) P²`` pool and the ``K P²`` covariances it returns in
+    memory :func:`recycled_empty` reuses). Built by :func:`runlength_plan_for` around the base filter's
     :class:`KernelPlan`; :meth:`run` filters rows from a mixture state and returns the new one,
     stopping at a row the kernel cannot finish (the caller, :func:`skfilter.runlength.run_runlength`,
     runs that row on the engine)."""
@@ -1162,6 +1208,8 @@ class RunLengthPlan:
         self.hazard = hazard
         #: the state the last call returned and the pool it lives in (:meth:`run`)
         self._last = None
+        #: whether the prior's covariance is diagonal (full EKF; set by :meth:`_pool`)
+        self._prior_diagonal = False
 
     # -- per structure: the pool of belief slots, the kernel, the kept beliefs --------------------
     def _pool(self, b, K, S, np_dtype):
@@ -1190,9 +1238,13 @@ class RunLengthPlan:
             pool[0][:K, 0], pool[1][:K, 0], pool[2][:K, 0] = _numpy(b.mean), flat, _numpy(b.pending)
             prior = (pb.mean, torch.from_numpy(self.base.flat_factors(pb.factors, np_dtype)), pb.pending)
         else:
-            pool = (np.empty((S, P), dtype=np_dtype), np.empty((S, P, P), dtype=np_dtype))
+            pool = (np.empty((S, P), dtype=np_dtype), recycled_empty((S, P, P), np_dtype))
             pool[0][:K], pool[1][:K] = _numpy(b.mean), _numpy(b.cov)
             prior = (pb.mean, pb.cov)
+            if self.__dict__.get("_diagonal_of") is not pb.cov:  # once per prior
+                cov = _numpy(pb.cov)
+                self._prior_diagonal = bool(np.count_nonzero(cov) == np.count_nonzero(np.diagonal(cov)))
+                self._diagonal_of = pb.cov
         prior = tuple(np.ascontiguousarray(_numpy(x), dtype=np_dtype) for x in prior)
         return pool, prior
 
@@ -1215,7 +1267,8 @@ class RunLengthPlan:
             structure = plan.structure
             return diagonal_runlength_rows(Xn, Yn, w, has_w, shapes, offsets, codes, *pool, noises, scales, *prior,
                                            structure.projection == "fd", structure.vd_mean == "exact", *tail)
-        return full_runlength_rows(Xn, Yn, w, has_w, shapes, offsets, codes, *pool, noises, scales, *prior, *tail)
+        return full_runlength_rows(Xn, Yn, w, has_w, shapes, offsets, codes, *pool, noises, scales, *prior, *tail,
+                                   self._prior_diagonal)
 
     def _belief(self, pool, idx, b, rows):
         """The kept hypotheses' stacked belief (copies of their slots, most probable first)."""
@@ -1230,7 +1283,10 @@ class RunLengthPlan:
         if isinstance(self.base, FactoredPlan):
             factors = tuple(t(np.ascontiguousarray(v)) for v in self.base.factor_views(pool[1][idx, 0], (k,)))
             return type(b)(t(pool[0][idx, 0]), factors, t(pool[2][idx, 0]))
-        return type(b)(t(pool[0][idx]), t(pool[1][idx]))
+        covs = pool[1]
+        out = recycled_empty((k, *covs.shape[1:]), covs.dtype)  # (fresh memory costs page faults)
+        np.take(covs, idx, axis=0, out=out)
+        return type(b)(t(pool[0][idx]), t(out))
 
     def run(self, mixture, run_lengths, X, Y, sample_weight, recording):
         """Filter the rows from ``mixture`` (a :class:`~skfilter.filtering.FilterState` with the
@@ -1245,7 +1301,9 @@ class RunLengthPlan:
         K = b.mean.shape[0]
         C = Y.shape[1]
         K_max = max(self.n_keep, K)
-        S = 2 * K_max + 1  # the K kept and the K + 1 candidates of a row
+        # the K kept and the K + 1 candidates of a row; over the full EKF a kept hypothesis is updated
+        # in its own slot and only the changepoint candidate needs another
+        S = K_max + 1 if isinstance(plan, FullPlan) else 2 * K_max + 1
         Xn, Yn, w, has_w = plan._inputs(X, Y, sample_weight, np_dtype)
         params, adaptive = plan._noise_params(C, np_dtype)
         _, limit, tiny = _constants(np_dtype)
@@ -1377,11 +1435,14 @@ def runlength_plan_for(parts, mixture, prior_belief, batch_size, *, hazard, n_hy
     mean = mixture.belief.mean
     if mean.dim() != 2 or not mean.is_cpu or mean.dtype != prior_belief.mean.dtype:
         return None
-    known = plan.__dict__.get("runlength_plan")  # one per base plan, kept for its pool (one-row calls)
-    if known is not None and known.prior_belief is prior_belief and known.hazard == hazard \
+    # one per adapter and base plan, kept for its pool (one-row calls); not on the base plan, whose
+    # reference back would make a cycle that keeps the pool alive until a garbage collection
+    known = _RUNLENGTH_PLANS.get(parts.adapter)
+    if known is not None and known.base is plan and known.prior_belief is prior_belief and known.hazard == hazard \
             and known.n_keep == int(n_hypotheses) and known.weighted_evidence == bool(weighted_evidence):
         return known
-    plan.runlength_plan = known = RunLengthPlan(plan, prior_belief, hazard, n_hypotheses, weighted_evidence)
+    _RUNLENGTH_PLANS[parts.adapter] = known = RunLengthPlan(plan, prior_belief, hazard, n_hypotheses,
+                                                            weighted_evidence)
     return known
 
 

@@ -211,6 +211,76 @@ def test_stiff_row_is_handed_to_the_engine():
     _assert_same_mixture(est, ref, rtol=1e-8)
 
 
+def test_full_ekf_stiff_row_is_handed_to_the_engine():
+    """Over the full EKF (candidates checked before any belief is written, kept ones updated in
+    place): the kernel stops before a stiff row with the mixture as it was, the engine does that row
+    (or raises as it does on its own) and the kernel goes on after it."""
+    X, y = _stream("regression", n=50)
+    X[25] = 1e7
+    make = lambda: BOCDRegressor(EKFRegressor(hidden_layer_sizes=(5,), obs_variance=0.01,  # noqa: E731
+                                              prior_variance=1.0, random_state=0), n_hypotheses=3, hazard=0.05)
+    outcomes = []
+    for on in (False, True):
+        est = make()
+        before = stepping.handed_back()
+        with compiled_kernels(on):
+            try:
+                est.fit(X, y)
+                outcomes.append((est, None))
+            except FilterStepError as exc:
+                outcomes.append((est, str(exc)))
+        if on:
+            assert stepping.handed_back() > before
+    (ref, msg_ref), (est, msg) = outcomes
+    assert msg == msg_ref
+    _assert_same_mixture(est, ref, rtol=1e-8)
+
+
+def test_full_ekf_diagonal_prior_shortcut_is_the_general_path(monkeypatch):
+    """The changepoint candidate's ``J Σ₀`` and write from a diagonal prior's diagonal (no pass over
+    ``Σ₀``) give the numbers of the general path that reads ``Σ₀``."""
+    X, y = _stream("regression", n=40)
+    make = lambda: BOCDRegressor(BASES["full"]("reg"), n_hypotheses=3, hazard=0.05)  # noqa: E731
+    seen = []
+    original = stepping.RunLengthPlan._pool
+
+    def spy(self, *args):
+        out = original(self, *args)
+        seen.append(self._prior_diagonal)
+        return out
+
+    monkeypatch.setattr(stepping.RunLengthPlan, "_pool", spy)
+    short = make().fit(X, y)
+    assert seen and all(seen)
+
+    def general(self, *args):
+        out = original(self, *args)
+        self._prior_diagonal = False
+        return out
+
+    monkeypatch.setattr(stepping.RunLengthPlan, "_pool", general)
+    _assert_same_mixture(make().fit(X, y), short, rtol=1e-12)
+
+
+def test_recycled_arrays_are_reused_only_when_unreferenced(monkeypatch):
+    """:func:`skfilter.stepping.recycled_empty` hands out an array again only once no view, tensor
+    or other name refers to it."""
+    monkeypatch.setattr(stepping, "_RECYCLED", [])
+    shape = (3, 257, 257)
+    a = stepping.recycled_empty(shape, np.float64)
+    b = stepping.recycled_empty(shape, np.float64)
+    assert b is not a
+    t = torch.from_numpy(a[:2])
+    a_id = id(a)
+    del a
+    c = stepping.recycled_empty(shape, np.float64)
+    assert id(c) != a_id and c is not b  # a lives on in the tensor's view
+    del t
+    d = stepping.recycled_empty(shape, np.float64)
+    assert id(d) == a_id
+    assert stepping.recycled_empty((4, 4), np.float64).shape == (4, 4)  # small: plain np.empty
+
+
 def test_numerical_failure_keeps_the_last_good_mixture():
     """Logits beyond the bound raise the engine's error, with the rows before kept as there."""
     rng = np.random.default_rng(1)

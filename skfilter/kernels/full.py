@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .linalg import all_finite, cholesky_into, rows_times_symmetric, solve_lower
+from .linalg import FAST, all_finite, cholesky_into, rows_times_symmetric, solve_lower
 from .lofi import DONE, REDO_STEP
 from .mlp import mlp_buffers, mlp_forward_jacobian
 from .observations import (PREDICTIVE_LIKELIHOOD, PREDICTIVE_WEIGHTING, observation_buffers, outputs_within,
@@ -46,147 +46,256 @@ def full_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, mean, cov, li
 
 
 @njit(cache=True, nogil=True)
+def full_step_buffers(batch, C, D, P, shapes, noise, like):
+    """The work buffers of full-covariance steps of up to ``batch`` rows of ``D`` features and ``C``
+    outputs over ``P`` parameters (dtype of ``like``): ``(acts, pre, delta, scratch, H, Ut, Vt, S, Lc,
+    z, step_quad, robust, predicted, gain, F, ew, scale, pj, noise_before, ew_spare)``."""
+    dt = like.dtype
+    m_full = batch * C
+    acts, pre, delta, scratch = mlp_buffers(shapes, D, like)
+    F, ew, scale, pj, noise_before = observation_buffers(batch, C, P, noise, like)
+    return (acts, pre, delta, scratch, np.empty((m_full, P), dtype=dt), np.empty((m_full, P), dtype=dt),
+            np.empty((m_full, P), dtype=dt), np.empty((m_full, m_full), dtype=dt), np.empty((m_full, m_full), dtype=dt),
+            np.empty(m_full, dtype=dt), np.empty((batch, C, C), dtype=dt), np.empty(batch, dtype=dt),
+            np.empty(P, dtype=dt), np.empty(P, dtype=dt), F, ew, scale, pj, noise_before, np.empty(C, dtype=dt))
+
+
+@njit(cache=True, nogil=True)
+def full_linearise(mean_src, g, X, row, nb, shapes, offsets, codes, acts, pre, delta, scratch, predicted, F, H):
+    """Stages 1–2 of a step of the rows ``row … row + nb − 1``: the predicted mean ``μ⁻ = g μ`` into
+    ``predicted``, the outputs ``F[i]`` and Jacobian rows ``J`` (``H[i C:(i+1) C]``) at ``μ⁻``."""
+    C = F.shape[1]
+    for j in range(predicted.shape[0]):
+        predicted[j] = mean_src[j] * g
+    for i in range(nb):
+        mlp_forward_jacobian(predicted, X[row + i], shapes, offsets, codes, acts, pre, delta, scratch, F[i],
+                             H[i * C:(i + 1) * C])
+
+
+@njit(cache=True, nogil=True)
+def full_solve(X, Y, w, has_weights, row, nb, cov_src, read, H, Ut, F, predicted, likelihood, noise, noise_params,
+               adaptive, max_abs, weight_kind, weight_c, g2, q, record, rec_f, rec_quad, rec_noise, limit, tiny, zero,
+               S, Lc, z, Vt, gain, step_quad, robust, ew, scale, pj, noise_before, ew_spare):
+    """Stages 3–7 of a step up to (not including) the write of ``Σ``, after :func:`full_linearise`:
+    ``Uᵀ = J Σ⁻`` (``read``: one pass over ``cov_src``, ``J Σ``; else ``Ut`` already holds ``J Σ``,
+    e.g. from :func:`full_write_read`; then ``Σ⁻ = g² Σ + q I`` applied, ``J Σ⁻ = g² J Σ + q J``),
+    the predictive ``J Σ⁻ Jᵀ``, noise estimate and whitening, ``S = I + Hw U = C Cᵀ``,
+    ``Vᵀ = C⁻¹ Uᵀ`` into ``Vt`` and ``μ' = μ⁻ + V C⁻¹ ẽ`` into ``gain``, with every check of the step
+    (module docstring). Returns False when the step must be handed back (``noise`` as before)."""
+    C = F.shape[1]
+    P = predicted.shape[0]
+    m = nb * C
+    dynamic = g2 != 1.0 or q != 0.0
+    if max_abs > 0.0 and not outputs_within(F[:nb], max_abs):
+        return False
+    # 3. the prior predictive J Σ⁻ Jᵀ when recorded or needed: Uᵀ = J Σ⁻ (rows, one pass over Σ),
+    #    then J U. The whitening (stage 6) is a linear map of each row's block (Hw = A J, every
+    #    likelihood), so the same map applied to Uᵀ gives Hw Σ⁻ without a second pass over Σ
+    predictive = record or weight_kind == PREDICTIVE_WEIGHTING or likelihood == PREDICTIVE_LIKELIHOOD
+    if predictive:
+        if read:
+            rows_times_symmetric(cov_src, H[:m], Ut[:m], zero)
+        if dynamic:
+            for r in range(m):
+                for j in range(P):
+                    Ut[r, j] = g2 * Ut[r, j] + q * H[r, j]
+        for i in range(nb):
+            for c in range(C):
+                for c2 in range(C):
+                    s = 0.0
+                    for j in range(P):
+                        s += H[i * C + c, j] * Ut[i * C + c2, j]
+                    step_quad[i, c, c2] = s
+        if record:
+            record_outputs(F[:nb], noise, step_quad, rec_f, rec_quad, rec_noise, row)
+    # 4–5. noise estimate, whitening
+    if not weigh_and_observe(likelihood, weight_kind, weight_c, F[:nb], Y[row:row + nb], w[row:row + nb],
+                             has_weights, noise, noise_params, adaptive, scale, H[:m], ew, tiny, pj,
+                             noise_before, step_quad, robust):
+        return False
+    if predictive:  # Uᵀ = A (J Σ⁻) = Hw Σ⁻, each row block by the whitening of its row
+        for i in range(nb):
+            weight = robust[i] if weight_kind > 0 else (w[row + i] if has_weights else 1.0)
+            whiten_rows(likelihood, F[i], Y[row + i], Ut[i * C:(i + 1) * C], scale, weight, ew_spare, tiny, pj,
+                        step_quad[i], noise_params[0])
+    else:  # Uᵀ = Hw Σ⁻ (rows): one pass over Σ (rows_times_symmetric: four rows of Σ per pass over Hw)
+        rows_times_symmetric(cov_src, H[:m], Ut[:m], zero)
+        if dynamic:
+            for r in range(m):
+                for j in range(P):
+                    Ut[r, j] = g2 * Ut[r, j] + q * H[r, j]
+    # S = I + Hw U
+    trace = 0.0
+    for r in range(m):
+        for r2 in range(m):
+            s = 0.0
+            for j in range(P):
+                s += H[r, j] * Ut[r2, j]
+            S[r, r2] = s
+        trace += S[r, r]
+    for r in range(m):
+        for r2 in range(r):
+            avg = 0.5 * (S[r, r2] + S[r2, r])
+            S[r, r2] = avg
+            S[r2, r] = avg
+        S[r, r] += 1.0
+    if not (trace >= 0.0 and trace <= limit) or not cholesky_into(S[:m, :m], Lc[:m, :m]):
+        restore(noise, noise_before)
+        return False
+    for r in range(m):
+        z[r] = ew[r]
+    solve_lower(Lc[:m, :m], z[:m])  # C⁻¹ ẽ
+    # Vᵀ = C⁻¹ Uᵀ (forward substitution on whole rows), the new mean and diagonal
+    for r in range(m):
+        vr = Vt[r]
+        for j in range(P):
+            vr[j] = Ut[r, j]
+        for r2 in range(r):
+            c = Lc[r, r2]
+            other = Vt[r2]
+            for j in range(P):
+                vr[j] -= c * other[j]
+        inv = 1.0 / Lc[r, r]
+        for j in range(P):
+            vr[j] *= inv
+    ok = True
+    for j in range(P):
+        s = 0.0
+        vv = 0.0
+        for r in range(m):
+            s += Vt[r, j] * z[r]
+            vv += Vt[r, j] * Vt[r, j]
+        gain[j] = predicted[j] + s
+        if not g2 * cov_src[j, j] + q - vv > 0.0:
+            ok = False
+    if not (ok and all_finite(gain)):
+        restore(noise, noise_before)
+        return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _write_row(cov_src, diag_src, cov, Vt, m, g2, q, dynamic, same, i):
+    """Row ``i`` of the write ``Σ ← g² Σ + q I − V Vᵀ`` (from ``cov_src`` into ``cov``; with
+    ``diag_src`` of length ``P``, from the diagonal matrix ``diag(diag_src)`` instead, not read)."""
+    P = cov.shape[0]
+    ci = cov[i]
+    if m == 1 and same and not dynamic:  # the common case: one output, in place, static
+        v = Vt[0]
+        vri = v[i]
+        for j in range(P):
+            ci[j] -= vri * v[j]
+        return
+    if diag_src.shape[0] == P:
+        for j in range(P):
+            ci[j] = 0.0
+        ci[i] = diag_src[i]
+        if dynamic:
+            for j in range(P):
+                ci[j] = ci[j] * g2
+            ci[i] += q
+    elif dynamic:
+        si = cov_src[i]
+        for j in range(P):
+            ci[j] = si[j] * g2
+        ci[i] += q
+    elif not same:
+        si = cov_src[i]
+        for j in range(P):
+            ci[j] = si[j]
+    for r in range(m):
+        vri = Vt[r, i]
+        vr = Vt[r]
+        for j in range(P):
+            ci[j] -= vri * vr[j]
+
+
+@njit(cache=True, nogil=True)
+def full_write(cov_src, cov, Vt, m, g2, q, dynamic, same):
+    """The write of a step, one pass: ``Σ' = g² Σ + q I − V Vᵀ`` from ``cov_src`` into ``cov``
+    (``same``: the same array, in place; ``dynamic``: ``g ≠ 1`` or ``q ≠ 0``)."""
+    no_diag = np.empty(0, dtype=cov.dtype)
+    for i in range(cov.shape[0]):
+        _write_row(cov_src, no_diag, cov, Vt, m, g2, q, dynamic, same, i)
+
+
+@njit(cache=True, nogil=True, fastmath=FAST)
+def full_write_read(cov_src, diag_src, cov, Vt, m, g2, q, dynamic, same, H, U, mh, zero):
+    """:func:`full_write` and, in the same pass, the next step's ``Uᵀ = H Σ'`` of its rows
+    ``H[:mh]`` into ``U[:mh]`` (each row of ``Σ'`` dotted with the rows of ``H`` while it is in
+    cache): one pass over ``Σ`` per step where the write and the next read take two. ``diag_src``
+    (length ``P``, else empty): the source is ``diag(diag_src)`` (``cov_src`` not read). The dot
+    products are those of :func:`~skfilter.kernels.linalg.rows_times_symmetric` (the same loops and
+    ``fastmath`` flags: the same sums, to rounding — LLVM may vectorise them differently in another
+    caller); the write is :func:`_write_row`'s, compiled without them (bit for bit
+    :func:`full_write`)."""
+    P = cov.shape[0]
+    i = 0
+    while i + 4 <= P:
+        for ii in range(i, i + 4):
+            _write_row(cov_src, diag_src, cov, Vt, m, g2, q, dynamic, same, ii)
+        a0 = cov[i]
+        a1 = cov[i + 1]
+        a2 = cov[i + 2]
+        a3 = cov[i + 3]
+        for c in range(mh):
+            h = H[c]
+            s0 = zero
+            s1 = zero
+            s2 = zero
+            s3 = zero
+            for j in range(P):
+                x = h[j]
+                s0 += a0[j] * x
+                s1 += a1[j] * x
+                s2 += a2[j] * x
+                s3 += a3[j] * x
+            U[c, i] = s0
+            U[c, i + 1] = s1
+            U[c, i + 2] = s2
+            U[c, i + 3] = s3
+        i += 4
+    while i < P:
+        _write_row(cov_src, diag_src, cov, Vt, m, g2, q, dynamic, same, i)
+        a0 = cov[i]
+        for c in range(mh):
+            h = H[c]
+            s0 = zero
+            for j in range(P):
+                s0 += a0[j] * h[j]
+            U[c, i] = s0
+        i += 1
+
+
+@njit(cache=True, nogil=True)
 def full_rows_from(X, Y, w, has_weights, batch, shapes, offsets, codes, mean_src, cov_src, mean, cov, same,
                    likelihood, noise, noise_params, adaptive, max_abs, weight_kind, weight_c, g, q, record, rec_f,
                    rec_quad, rec_noise, limit, tiny, scale_out):
     """:func:`full_rows` from the belief ``N(mean_src, cov_src)`` into ``mean``, ``cov`` (the first
     step reads the source and writes the destination in the same passes; later steps work in place
     on the destination). ``same``: the source arrays are the destination's (in place from the
-    start). A run-length filter's candidate reads its hypothesis' slot and writes a free one, so no
-    ``P × P`` belief is copied (:mod:`skfilter.kernels.runlength`)."""
+    start). Each step is :func:`full_linearise`, :func:`full_solve` (every check) and
+    :func:`full_write`."""
     n, D = X.shape
-    dt = mean.dtype
     C = Y.shape[1]
     P = mean.shape[0]
-    m_full = batch * C
-    acts, pre, delta, scratch = mlp_buffers(shapes, D, mean)
-    H = np.empty((m_full, P), dtype=dt)
-    Ut = np.empty((m_full, P), dtype=dt)  # (Σ⁻ Hwᵀ)ᵀ
-    Vt = np.empty((m_full, P), dtype=dt)  # (Σ⁻ Hwᵀ C⁻ᵀ)ᵀ
-    zero = np.zeros(1, dtype=dt)[0]
-    S = np.empty((m_full, m_full), dtype=dt)
-    Lc = np.empty((m_full, m_full), dtype=dt)
-    z = np.empty(m_full, dtype=dt)
-    step_quad = np.empty((batch, C, C), dtype=dt)
-    robust = np.empty(batch, dtype=dt)
-    predicted = np.empty(P, dtype=dt)
-    gain = np.empty(P, dtype=dt)
-    F, ew, scale, pj, noise_before = observation_buffers(batch, C, P, noise, mean)
-    ew_spare = np.empty(C, dtype=dt)
+    (acts, pre, delta, scratch, H, Ut, Vt, S, Lc, z, step_quad, robust, predicted, gain, F, ew, scale, pj,
+     noise_before, ew_spare) = full_step_buffers(batch, C, D, P, shapes, noise, mean)
+    zero = np.zeros(1, dtype=mean.dtype)[0]
     g2 = g * g
     dynamic = g != 1.0 or q != 0.0
     row = 0
     while row < n:
         nb = min(batch, n - row)
         m = nb * C
-        # 1. the predicted mean (Σ⁻ = g² Σ + q I is applied implicitly until the write)
-        for j in range(P):
-            predicted[j] = mean_src[j] * g
-        # 2. linearise at μ⁻
-        for i in range(nb):
-            mlp_forward_jacobian(predicted, X[row + i], shapes, offsets, codes, acts, pre, delta, scratch, F[i],
-                                 H[i * C:(i + 1) * C])
-        if max_abs > 0.0 and not outputs_within(F[:nb], max_abs):
-            return row, REDO_STEP, 0
-        # 3. the prior predictive J Σ⁻ Jᵀ when recorded or needed: Uᵀ = J Σ⁻ (rows, one pass over Σ),
-        #    then J U. The whitening (stage 6) is a linear map of each row's block (Hw = A J, every
-        #    likelihood), so the same map applied to Uᵀ gives Hw Σ⁻ without a second pass over Σ
-        predictive = record or weight_kind == PREDICTIVE_WEIGHTING or likelihood == PREDICTIVE_LIKELIHOOD
-        if predictive:
-            rows_times_symmetric(cov_src, H[:m], Ut[:m], zero)
-            if dynamic:
-                for r in range(m):
-                    for j in range(P):
-                        Ut[r, j] = g2 * Ut[r, j] + q * H[r, j]
-            for i in range(nb):
-                for c in range(C):
-                    for c2 in range(C):
-                        s = 0.0
-                        for j in range(P):
-                            s += H[i * C + c, j] * Ut[i * C + c2, j]
-                        step_quad[i, c, c2] = s
-            if record:
-                record_outputs(F[:nb], noise, step_quad, rec_f, rec_quad, rec_noise, row)
-        # 4–5. noise estimate, whitening
-        if not weigh_and_observe(likelihood, weight_kind, weight_c, F[:nb], Y[row:row + nb], w[row:row + nb],
-                                 has_weights, noise, noise_params, adaptive, scale, H[:m], ew, tiny, pj,
-                                 noise_before, step_quad, robust):
-            return row, REDO_STEP, 0
-        if predictive:  # Uᵀ = A (J Σ⁻) = Hw Σ⁻, each row block by the whitening of its row
-            for i in range(nb):
-                weight = robust[i] if weight_kind > 0 else (w[row + i] if has_weights else 1.0)
-                whiten_rows(likelihood, F[i], Y[row + i], Ut[i * C:(i + 1) * C], scale, weight, ew_spare, tiny, pj,
-                            step_quad[i], noise_params[0])
-        else:  # Uᵀ = Hw Σ⁻ (rows): one pass over Σ (rows_times_symmetric: four rows of Σ per pass over Hw)
-            rows_times_symmetric(cov_src, H[:m], Ut[:m], zero)
-            if dynamic:
-                for r in range(m):
-                    for j in range(P):
-                        Ut[r, j] = g2 * Ut[r, j] + q * H[r, j]
-        # S = I + Hw U
-        trace = 0.0
-        for r in range(m):
-            for r2 in range(m):
-                s = 0.0
-                for j in range(P):
-                    s += H[r, j] * Ut[r2, j]
-                S[r, r2] = s
-            trace += S[r, r]
-        for r in range(m):
-            for r2 in range(r):
-                avg = 0.5 * (S[r, r2] + S[r2, r])
-                S[r, r2] = avg
-                S[r2, r] = avg
-            S[r, r] += 1.0
-        if not (trace >= 0.0 and trace <= limit) or not cholesky_into(S[:m, :m], Lc[:m, :m]):
-            restore(noise, noise_before)
-            return row, REDO_STEP, 0
-        for r in range(m):
-            z[r] = ew[r]
-        solve_lower(Lc[:m, :m], z[:m])  # C⁻¹ ẽ
-        # Vᵀ = C⁻¹ Uᵀ (forward substitution on whole rows), the new mean and diagonal
-        for r in range(m):
-            vr = Vt[r]
-            for j in range(P):
-                vr[j] = Ut[r, j]
-            for r2 in range(r):
-                c = Lc[r, r2]
-                other = Vt[r2]
-                for j in range(P):
-                    vr[j] -= c * other[j]
-            inv = 1.0 / Lc[r, r]
-            for j in range(P):
-                vr[j] *= inv
-        ok = True
-        for j in range(P):
-            s = 0.0
-            vv = 0.0
-            for r in range(m):
-                s += Vt[r, j] * z[r]
-                vv += Vt[r, j] * Vt[r, j]
-            gain[j] = predicted[j] + s
-            if not g2 * cov_src[j, j] + q - vv > 0.0:
-                ok = False
-        if not (ok and all_finite(gain)):
-            restore(noise, noise_before)
+        full_linearise(mean_src, g, X, row, nb, shapes, offsets, codes, acts, pre, delta, scratch, predicted, F, H)
+        if not full_solve(X, Y, w, has_weights, row, nb, cov_src, True, H, Ut, F, predicted, likelihood, noise,
+                          noise_params, adaptive, max_abs, weight_kind, weight_c, g2, q, record, rec_f, rec_quad,
+                          rec_noise, limit, tiny, zero, S, Lc, z, Vt, gain, step_quad, robust, ew, scale, pj,
+                          noise_before, ew_spare):
             return row, REDO_STEP, 0
         # the write: Σ ← g² Σ + q I − V Vᵀ, μ ← μ' (from the source into the destination)
-        for i in range(P):
-            ci = cov[i]
-            if dynamic:
-                si = cov_src[i]
-                for j in range(P):
-                    ci[j] = si[j] * g2
-                ci[i] += q
-            elif not same:
-                si = cov_src[i]
-                for j in range(P):
-                    ci[j] = si[j]
-            for r in range(m):
-                vri = Vt[r, i]
-                vr = Vt[r]
-                for j in range(P):
-                    ci[j] -= vri * vr[j]
+        full_write(cov_src, cov, Vt, m, g2, q, dynamic, same)
         for j in range(P):
             mean[j] = gain[j]
         for c in range(C):

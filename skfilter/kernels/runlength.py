@@ -21,6 +21,11 @@ are a list of slot indices; each candidate reads its source slot (or the prior) 
 slot, and the kept candidates' slots become the new list. A step the LoFi kernel cannot finish
 (stiff, non-finite, logits past the bound) stops the call before anything of that row is kept: the
 slots of the kept hypotheses are never written, and the caller redoes the row on the torch engine.
+
+Over the full EKF (:func:`full_runlength_rows`) a ``P × P`` covariance is too large to write for
+a candidate that may be dropped: every candidate is checked first and only the kept ones are
+written, each hypothesis in place in its own slot (``K + 1`` slots), with the next row's read of
+``Σ`` in the same pass.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from .linalg import cholesky_into, solve_lower
 from .observations import robust_step_weights
 from .diagonal import diagonal_rows
 from .factored import factored_rows
-from .full import full_rows_from
+from .full import full_linearise, full_solve, full_step_buffers, full_write, full_write_read
 from .lofi import DONE, REDO_STEP, lofi_rows
 
 #: likelihood codes (:data:`~skfilter.kernels.observations.LIKELIHOOD_CODES`)
@@ -352,44 +357,133 @@ def full_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_means
                         prior_mean, prior_cov, slots, log_weights, run_lengths, counts, n_keep, log_h, log_s,
                         likelihood, noise_params, adaptive, max_abs, g, q, limit, tiny,
                         record, rec_f, rec_quad, rec_noise, rec_weights, evidence, weight_kind, weight_c,
-                        weighted_evidence):
-    """:func:`lofi_runlength_rows` over the full-covariance EKF
-    (:func:`~skfilter.kernels.full.full_rows_from`: each candidate reads its hypothesis' ``Σ`` and
-    writes a free slot's in the step's own passes): the pool ``pool_means (S, P)``,
-    ``pool_covs (S, P, P)``, the prior ``prior_mean``, ``prior_cov``; rows already as the model's
-    first layer takes them (no input map)."""
+                        weighted_evidence, prior_diagonal):
+    """:func:`lofi_runlength_rows` over the full-covariance EKF: the pool ``pool_means (S, P)``,
+    ``pool_covs (S, P, P)``, ``S ≥ K_max + 1``, the prior ``prior_mean``, ``prior_cov``
+    (``prior_diagonal``: it is diagonal, and the changepoint candidate takes ``J Σ₀`` and writes
+    ``Σ₀ − V Vᵀ`` from its diagonal without a pass over it — the same numbers); rows already as the
+    model's first layer takes them (no input map).
+
+    A row in three phases, so that a ``P × P`` belief is written only when it is kept and is updated
+    **in place** (:mod:`skfilter.kernels.full`'s stages):
+
+    1. every candidate's step up to its write (:func:`~skfilter.kernels.full.full_solve`: one pass
+       reading its source ``Σ`` for ``J Σ⁻``, then every check), keeping its ``Vᵀ``, new mean and
+       noise state; nothing of the pool is written, so a failing step leaves the kept hypotheses
+       as they were;
+    2. the weights and the ``K`` kept (:func:`_weigh_and_keep`);
+    3. each kept candidate's ``Σ' = g² Σ + q I − V Vᵀ``: a hypothesis' in its own slot (its only
+       reader), the changepoint candidate's from the prior into the slot no hypothesis held; a
+       dropped candidate is never written. When another row follows, the same pass takes the
+       next row's ``J Σ`` at the kept belief's predicted mean
+       (:func:`~skfilter.kernels.full.full_write_read`), so a kept hypothesis costs one pass over
+       its ``Σ`` per row (the first row of a call, two).
+
+    The values are those of :func:`~skfilter.kernels.full.full_rows_from` step by step (same
+    operations in the same order)."""
     n, D = X.shape
     C = Y.shape[1]
+    P = pool_means.shape[1]
+    S_slots = pool_means.shape[0]
     K_max = slots.shape[0]
+    dt = pool_means.dtype
     (x1, y1, w1, cand_f, cand_quad, cand_noise, dest, used, log_joint, cand_runs, order, new_slots, new_logw,
-     new_runs, w2) = _bookkeeping_buffers(K_max, pool_means.shape[0], C, D, pool_means.dtype, X.dtype, Y.dtype,
-                                          w.dtype)
+     new_runs, w2) = _bookkeeping_buffers(K_max, S_slots, C, D, dt, X.dtype, Y.dtype, w.dtype)
+    (acts, pre, delta, scratch, H, Ut, Vt, Sm, Lc, z, step_quad, robust, predicted, gain, F, ew, scale, pj,
+     noise_before, ew_spare) = full_step_buffers(1, C, D, P, shapes, pool_noises[0], pool_means)
+    zero = np.zeros(1, dtype=dt)[0]
+    g2 = g * g
+    dynamic = g != 1.0 or q != 0.0
+    # each candidate's step before its write
+    cand_V = np.empty((K_max + 1, C, P), dtype=dt)
+    cand_mean = np.empty((K_max + 1, P), dtype=dt)
+    cand_state = np.empty((K_max + 1, pool_noises.shape[1]), dtype=dt)
+    cand_scale = np.empty((K_max + 1, C), dtype=dt)
+    # per slot: the next row's predicted mean, outputs, J and J Σ, taken while its Σ was written
+    next_pred = np.empty((S_slots, P), dtype=dt)
+    next_F = np.empty((S_slots, 1, C), dtype=dt)
+    next_H = np.empty((S_slots, C, P), dtype=dt)
+    next_U = np.empty((S_slots, C, P), dtype=dt)
+    ready = np.zeros(S_slots, dtype=np.bool_)
+    no_diag = np.empty(0, dtype=dt)
+    prior_d = np.empty(P if prior_diagonal else 0, dtype=dt)
+    for j in range(prior_d.shape[0]):
+        prior_d[j] = prior_cov[j, j]
     for row in range(n):
-        K, best = _begin_row(X, Y, w, has_weights, row, x1, y1, w1, slots, counts, used, dest, log_weights)
+        K = counts[0]
+        best = _most_probable(log_weights, K)
+        _load_row(X, Y, w, has_weights, row, x1, y1, w1)
+        for s in range(S_slots):
+            used[s] = False
+        for k in range(K):
+            used[slots[k]] = True
+            dest[k] = slots[k]
+        for s in range(S_slots):
+            if not used[s]:
+                dest[K] = s
+                break
+        # 1. every candidate up to its write
         for k in range(K + 1):
-            d = dest[k]
             if k < K:
-                src = slots[k]
-                pool_noises[d, :] = pool_noises[src, :]
-                done, status, cur = full_rows_from(x1, y1, w1, has_weights, 1, shapes, offsets, codes, pool_means[src],
-                                                   pool_covs[src], pool_means[d], pool_covs[d], False, likelihood,
-                                                   pool_noises[d], noise_params, adaptive, max_abs, weight_kind,
-                                                   weight_c, g, q, True, cand_f[k], cand_quad[k], cand_noise[k],
-                                                   limit, tiny, pool_scales[d])
-            else:
-                pool_noises[d, :] = pool_noises[slots[best], :]
-                done, status, cur = full_rows_from(x1, y1, w1, has_weights, 1, shapes, offsets, codes, prior_mean,
-                                                   prior_cov, pool_means[d], pool_covs[d], False, likelihood,
-                                                   pool_noises[d], noise_params, adaptive, max_abs, weight_kind,
-                                                   weight_c, 1.0, 0.0, True, cand_f[k], cand_quad[k], cand_noise[k],
-                                                   limit, tiny, pool_scales[d])
-            if status != DONE:
+                s = slots[k]
+                cov_src = pool_covs[s]
+                cand_state[k, :] = pool_noises[s, :]
+                g2k, qk = g2, q
+                if ready[s]:
+                    pk, Fk, Hk, Uk = next_pred[s], next_F[s], next_H[s], next_U[s]
+                else:
+                    pk, Fk, Hk, Uk = predicted, F, H, Ut
+                    full_linearise(pool_means[s], g, x1, 0, 1, shapes, offsets, codes, acts, pre, delta, scratch,
+                                   pk, Fk, Hk)
+                read = not ready[s]
+                ready[s] = False
+            else:  # the changepoint candidate: the prior, the most probable hypothesis' noise, no dynamics
+                cov_src = prior_cov
+                cand_state[k, :] = pool_noises[slots[best], :]
+                g2k, qk = 1.0, 0.0
+                pk, Fk, Hk, Uk = predicted, F, H, Ut
+                full_linearise(prior_mean, 1.0, x1, 0, 1, shapes, offsets, codes, acts, pre, delta, scratch, pk, Fk,
+                               Hk)
+                read = not prior_diagonal
+                if prior_diagonal:  # J Σ₀ = J diag(d): row i of Σ₀ dotted with J is d_i J_i
+                    for c in range(C):
+                        for j in range(P):
+                            Uk[c, j] = prior_d[j] * Hk[c, j]
+            if not full_solve(x1, y1, w1, has_weights, 0, 1, cov_src, read, Hk, Uk, Fk, pk, likelihood,
+                              cand_state[k], noise_params, adaptive, max_abs, weight_kind, weight_c, g2k, qk, True,
+                              cand_f[k], cand_quad[k], cand_noise[k], limit, tiny, zero, Sm, Lc, z, cand_V[k],
+                              cand_mean[k], step_quad, robust, ew, cand_scale[k], pj, noise_before, ew_spare):
                 return row, REDO_STEP
+        # 2. weights, the kept
         if not _weigh_and_keep(likelihood, cand_f, cand_quad, cand_noise, y1, w1, has_weights, K, dest, slots,
                                log_weights, run_lengths, counts, n_keep, log_h, log_s, tiny, record, row, rec_f,
                                rec_quad, rec_noise, rec_weights, evidence, log_joint, cand_runs, order, new_slots,
                                new_logw, new_runs, weight_kind, weight_c, weighted_evidence, w2):
             return row, REDO_STEP
+        # 3. the kept candidates' writes (with the next row's read)
+        for i in range(counts[0]):
+            k = order[i]
+            d = dest[k]
+            diag_src = no_diag
+            if k < K:
+                cov_src = pool_covs[d]
+                same, g2k, qk, dyn = True, g2, q, dynamic
+            else:
+                cov_src = prior_cov
+                same, g2k, qk, dyn = False, 1.0, 0.0, False
+                if prior_diagonal:
+                    diag_src = prior_d
+            pool_means[d, :] = cand_mean[k]
+            pool_noises[d, :] = cand_state[k]
+            pool_scales[d, :] = cand_scale[k]
+            if row + 1 < n:
+                full_linearise(pool_means[d], g, X, row + 1, 1, shapes, offsets, codes, acts, pre, delta, scratch,
+                               next_pred[d], next_F[d], next_H[d])
+                full_write_read(cov_src, diag_src, pool_covs[d], cand_V[k], C, g2k, qk, dyn, same, next_H[d],
+                                next_U[d], C, zero)
+                ready[d] = True
+            else:
+                full_write(cov_src, pool_covs[d], cand_V[k], C, g2k, qk, dyn, same)
     return n, DONE
 
 
