@@ -84,6 +84,7 @@ TABLE_TITLES = {
     "defaults_streaming_table": "Defaults benchmark: one row per call from row 0 beside one call",
     "factorization_calls_table": "Factorization benchmark: per-event cost of fit, prequential and one row per call",
     "factorization_scale_table": "Factorization benchmark: throughput and memory",
+    "factorization_multiclass_table": "Factorization benchmark: multiclass FM on digits (compiled DEKF)",
     "inbetween_table": "Low-rank filters: in-between uncertainty",
     "bocd_bandit_table": "BOCD benchmark: the non-stationary bandit",
     "bocd_cost_table": "BOCD benchmark: cost of the run-length hypotheses",

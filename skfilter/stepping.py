@@ -105,6 +105,8 @@ HANDED_BACK = [0]
 #: large arrays :func:`recycled_empty` made, most recently used last (at most :data:`RECYCLED_MAX`)
 _RECYCLED = []
 RECYCLED_MAX = 6
+#: and at most this many bytes of them (what an idle process may hold for recycling)
+RECYCLED_MAX_BYTES = 1 << 28
 #: arrays smaller than this are plain ``np.empty`` (no page faults worth avoiding)
 RECYCLE_MIN_BYTES = 1 << 20
 _RECYCLED_LOCK = threading.Lock()
@@ -122,8 +124,9 @@ def recycled_empty(shape, dtype):
     compiled run-length filter over the full EKF would pay on every call (``(K + 1) P²`` numbers
     of its pool, ``K P²`` of the beliefs it returns). An array is unused when the only references
     to it are this cache's: a NumPy view, a tensor of :func:`torch.from_numpy` and a plan keeping
-    it all hold one (CPython's reference count). At most :data:`RECYCLED_MAX` arrays are kept (the
-    least recently used unused one makes room; one made while all are in use is not kept)."""
+    it all hold one (CPython's reference count). At most :data:`RECYCLED_MAX` arrays of at most
+    :data:`RECYCLED_MAX_BYTES` together are kept (the least recently used unused ones make room; one
+    that does not fit while the others are in use is not kept)."""
     dtype = np.dtype(dtype)
     shape = tuple(int(n) for n in shape)
     if math.prod(shape) * dtype.itemsize < RECYCLE_MIN_BYTES:
@@ -135,7 +138,9 @@ def recycled_empty(shape, dtype):
                 _RECYCLED.append(_RECYCLED.pop(i))
                 return arr
         arr = np.empty(shape, dtype=dtype)
-        if len(_RECYCLED) >= RECYCLED_MAX:
+        # room: the least recently used unused arrays go while the count or the bytes kept would pass
+        # their bounds; an array that does not fit even so is not kept
+        while len(_RECYCLED) >= RECYCLED_MAX or sum(a.nbytes for a in _RECYCLED) + arr.nbytes > RECYCLED_MAX_BYTES:
             free = [i for i in range(len(_RECYCLED)) if sys.getrefcount(_RECYCLED[i]) == _UNUSED_REFS - 1]
             if not free:
                 return arr
@@ -1438,7 +1443,8 @@ def runlength_plan_for(parts, mixture, prior_belief, batch_size, *, hazard, n_hy
     # one per adapter and base plan, kept for its pool (one-row calls); not on the base plan, whose
     # reference back would make a cycle that keeps the pool alive until a garbage collection
     known = _RUNLENGTH_PLANS.get(parts.adapter)
-    if known is not None and known.base is plan and known.prior_belief is prior_belief and known.hazard == hazard \
+    if type(known) is RunLengthPlan and known.base is plan and known.prior_belief is prior_belief \
+            and known.hazard == hazard \
             and known.n_keep == int(n_hypotheses) and known.weighted_evidence == bool(weighted_evidence):
         return known
     _RUNLENGTH_PLANS[parts.adapter] = known = RunLengthPlan(plan, prior_belief, hazard, n_hypotheses,
@@ -1462,12 +1468,13 @@ def _reversion_plan_for(parts, mixture, prior_belief, batch_size, hazard, n_hypo
     mean = mixture.belief.mean
     if mean.dim() != 2 or mean.shape[0] != 1 or not mean.is_cpu or mean.dtype != prior_belief.mean.dtype:
         return None
-    known = plan.__dict__.get("reversion_plan")
-    if known is not None and known.prior_belief is prior_belief and known.hazard == hazard \
-            and known.reset == reset and known.threshold == float(threshold) and known.reference is parts.reference \
-            and tuple(known.grid) == tuple(grid):
+    known = _RUNLENGTH_PLANS.get(parts.adapter)  # (as runlength_plan_for: no reference from the base plan)
+    if isinstance(known, ReversionPlan) and known.base is plan and known.prior_belief is prior_belief \
+            and known.hazard == hazard and known.reset == reset and known.threshold == float(threshold) \
+            and known.reference is parts.reference and tuple(known.grid) == tuple(grid):
         return known
-    plan.reversion_plan = known = ReversionPlan(plan, prior_belief, parts.reference, hazard, reset, threshold, grid)
+    _RUNLENGTH_PLANS[parts.adapter] = known = ReversionPlan(plan, prior_belief, parts.reference, hazard, reset,
+                                                            threshold, grid)
     return known
 
 

@@ -279,6 +279,14 @@ def test_recycled_arrays_are_reused_only_when_unreferenced(monkeypatch):
     d = stepping.recycled_empty(shape, np.float64)
     assert id(d) == a_id
     assert stepping.recycled_empty((4, 4), np.float64).shape == (4, 4)  # small: plain np.empty
+    # the bytes kept are bounded: unused arrays make room, one that does not fit is not kept
+    monkeypatch.setattr(stepping, "RECYCLED_MAX_BYTES", 3 * c.nbytes)
+    del b, c, d
+    kept = [stepping.recycled_empty(shape, np.float64) for _ in range(4)]
+    assert len(stepping._RECYCLED) == 3 and not any(k is x for k in kept[3:] for x in stepping._RECYCLED)
+    del kept
+    e = stepping.recycled_empty((6, 257, 257), np.float64)  # twice the size: two unused arrays make room
+    assert sum(x.nbytes for x in stepping._RECYCLED) <= 3 * e.nbytes // 2 and any(x is e for x in stepping._RECYCLED)
 
 
 def test_numerical_failure_keeps_the_last_good_mixture():

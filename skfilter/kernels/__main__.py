@@ -30,7 +30,9 @@ def warm_up(verbose=True) -> float:
                         HiLoFiRegressor(hidden_layer_sizes=(3,), hidden_rank=2, dtype=dtype),
                         BOCDRegressor(LoFiRegressor(hidden_layer_sizes=(3,), rank=2, dtype=dtype), n_hypotheses=2),
                         BOCDRegressor(HiLoFiRegressor(hidden_layer_sizes=(3,), hidden_rank=2, dtype=dtype),
-                                      n_hypotheses=2)):
+                                      n_hypotheses=2),
+                        BOCDRegressor(LoFiRegressor(hidden_layer_sizes=(3,), rank=2, dtype=dtype), n_hypotheses=1,
+                                      reset="ou")):
                 est.fit(X, y)
                 est.predict(X[:2], return_std=True)
         _warm_up_factorization()
@@ -41,13 +43,14 @@ def warm_up(verbose=True) -> float:
 
 
 def _warm_up_factorization():
-    """The factorization DEKF kernel (:mod:`skfilter.kernels.factorization`, one variant per dtype) in both
+    """The factorization DEKF kernels (:mod:`skfilter.kernels.factorization`, one variant per dtype) in both
     dtypes: a FactorizationRegressor fit, then a chunk through
-    :func:`~skfilter.kernels.factorization.run_events_compiled` directly."""
+    :func:`~skfilter.kernels.factorization.run_events_compiled` directly; a three-class
+    FactorizationClassifier (the multiclass kernel)."""
     import numpy as np
     import torch
 
-    from .. import FactorizationRegressor
+    from .. import FactorizationClassifier, FactorizationRegressor
     from .factorization import run_events_compiled, serves
 
     rng = np.random.default_rng(0)
@@ -61,6 +64,9 @@ def _warm_up_factorization():
             ids, context = est._split_columns(X[4:], False)
             Y = torch.as_tensor(y[4:, None], dtype=filt.dtype)
             run_events_compiled(filt, est._slot_ids(ids), est._slot_values(ids, context), Y, None)
+        # the multiclass variant (three classes: factorization_events_multi)
+        FactorizationClassifier(model="mf", n_factors=2, entity_columns=[0, 1], random_state=0,
+                                dtype=dtype).fit(X, np.arange(8) % 3).predict_proba(X[:2])
 
 
 if __name__ == "__main__":  # pragma: no cover - a command
