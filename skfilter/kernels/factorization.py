@@ -199,6 +199,84 @@ def _signal(P, J, v, voff, nslot, Ks, nfeat, pfeat, sig, fm_lin, cp_off, cp_orde
     return lam
 
 
+@njit(cache=True, nogil=True)
+def _unpack_config(icfg, o):
+    """The integer configuration of a kernel call (:class:`KernelPlan`): the flags of its head, then
+    from offset ``o`` the blocks' sizes ``Ks``, the slots' feature counts and offsets, the value
+    offsets, the symmetric-block flags and the tables' addresses ``ptrs (nblk, 7)``."""
+    nblk, nslot, sig, fm_lin = icfg[0], icfg[1], icfg[2], icfg[3]
+    cp_off, cp_order, cp_ctx, has_bias = icfg[4], icfg[5], icfg[6], icfg[7] != 0
+    lik, dynamic, record, learn = icfg[8], icfg[9] != 0, icfg[10] != 0, icfg[11] != 0
+    t_step, has_w, t0 = icfg[12], icfg[13] != 0, icfg[14]
+    Ks = icfg[o:o + nblk]
+    o += nblk
+    nfeat = icfg[o:o + nslot]
+    o += nslot
+    pfeat = icfg[o:o + nslot]
+    o += nslot
+    voff = icfg[o:o + nslot + 1]
+    o += nslot + 1
+    sym = icfg[o:o + nblk]
+    o += nblk
+    ptrs = icfg[o:o + 7 * nblk].reshape((nblk, 7))
+    return (nblk, nslot, sig, fm_lin, cp_off, cp_order, cp_ctx, has_bias, lik, dynamic, record, learn, t_step, has_w,
+            t0, Ks, nfeat, pfeat, voff, sym, ptrs)
+
+
+@njit(cache=True, nogil=True)
+def _ou_predict_block(ptrs, b, r, K, pcen, delta, log_alpha, g_den, omegas, PM, PRM, PC, PX):
+    """The lazy predict of Alg. 2 for block ``b``'s entity row ``r`` over ``delta > 0`` steps (module
+    docstring, step 1): with ``a = α^Δ`` and ``g = (α^{2Δ} − 1)/(α² − 1)``, the mean
+    ``PM = a (μ − μ_ref) + μ_ref``, the covariance ``PC = a² Σ + (1 − a)² Σ_ref + (a − a²)(X + Xᵀ) +
+    g ω I`` (symmetrised) and the cross-covariance ``PX = a X + (1 − a) Σ_ref`` into the step's
+    scratch (``PRM``: the reference mean)."""
+    cov = _cube(ptrs, b, _COV, K, pcen)
+    mean = _mat(ptrs, b, _MEAN, K, pcen)
+    a = math.exp(delta * log_alpha)
+    g = math.expm1(2.0 * delta * log_alpha) / g_den
+    rm = _mat(ptrs, b, _REF_MEAN, K, pcen)
+    cr = _cube(ptrs, b, _CROSS, K, pcen)
+    rc = _cube(ptrs, b, _REF_COV, K, pcen)
+    gom = g * omegas[b]
+    aa = a * a
+    oa2 = (1.0 - a) * (1.0 - a)
+    am = a - aa
+    for i in range(K):
+        PM[b, i] = a * (mean[r, i] - rm[r, i]) + rm[r, i]
+        PRM[b, i] = rm[r, i]
+    for i in range(K):
+        for k in range(i, K):
+            v1 = aa * cov[r, i, k] + oa2 * rc[r, i, k] + am * (cr[r, i, k] + cr[r, k, i])
+            v2 = aa * cov[r, k, i] + oa2 * rc[r, k, i] + am * (cr[r, k, i] + cr[r, i, k])
+            if i == k:
+                v1 += gom
+                v2 += gom
+            v = 0.5 * (v1 + v2)
+            PC[b, i, k] = v
+            PC[b, k, i] = v
+            PX[b, i, k] = a * cr[r, i, k] + (1.0 - a) * rc[r, i, k]
+            PX[b, k, i] = a * cr[r, k, i] + (1.0 - a) * rc[r, k, i]
+
+
+@njit(cache=True, nogil=True)
+def _write_predicts(ptrs, rows, j, nblk, Ks, pcen, PRED, PM, PC, PX, t):
+    """An event that learns nothing (weight 0): the blocks' lazy predicts (:func:`_ou_predict_block`)
+    written to the tables and their clocks set to ``t``."""
+    for b in range(nblk):
+        r = rows[b, j]
+        K = Ks[b]
+        if PRED[b] != 0.0:
+            mean = _mat(ptrs, b, _MEAN, K, pcen)
+            cov = _cube(ptrs, b, _COV, K, pcen)
+            cr = _cube(ptrs, b, _CROSS, K, pcen)
+            for i in range(K):
+                mean[r, i] = PM[b, i]
+                for k in range(K):
+                    cov[r, i, k] = PC[b, i, k]
+                    cr[r, i, k] = PX[b, i, k]
+        _times(ptrs, b, rows)[r] = t
+
+
 @njit(cache=True, nogil=True, fastmath=_FASTMATH)
 def factorization_events(rows2, data, icfg, f64s, dts):
     """Learn (and/or predict) the events ``j = 0..n−1`` (time ``t0 + j + 1``) into the tables, in order.
@@ -234,22 +312,8 @@ def factorization_events(rows2, data, icfg, f64s, dts):
     anything); with time step 0 every event is at time ``t0 + 1`` (a batch of predictions).
     Returns ``(events done, OK or FAILED)``: on FAILED the event at that index was not written."""
     n = data.shape[0]
-    nblk, nslot, sig, fm_lin = icfg[0], icfg[1], icfg[2], icfg[3]
-    cp_off, cp_order, cp_ctx, has_bias = icfg[4], icfg[5], icfg[6], icfg[7] != 0
-    lik, dynamic, record, learn = icfg[8], icfg[9] != 0, icfg[10] != 0, icfg[11] != 0
-    t_step, has_w, t0 = icfg[12], icfg[13] != 0, icfg[14]
-    o = _HEAD
-    Ks = icfg[o:o + nblk]
-    o += nblk
-    nfeat = icfg[o:o + nslot]
-    o += nslot
-    pfeat = icfg[o:o + nslot]
-    o += nslot
-    voff = icfg[o:o + nslot + 1]
-    o += nslot + 1
-    sym = icfg[o:o + nblk]
-    o += nblk
-    ptrs = icfg[o:o + 7 * nblk].reshape((nblk, 7))
+    (nblk, nslot, sig, fm_lin, cp_off, cp_order, cp_ctx, has_bias, lik, dynamic, record, learn, t_step, has_w, t0,
+     Ks, nfeat, pfeat, voff, sym, ptrs) = _unpack_config(icfg, _HEAD)
     nv = voff[nslot]
     rows = rows2[:nblk]
     newat = rows2[nblk:]
@@ -311,30 +375,7 @@ def factorization_events(rows2, data, icfg, f64s, dts):
                     delta = 0
             PRED[b] = 1.0 if delta > 0 else 0.0
             if delta > 0:
-                a = math.exp(delta * log_alpha)
-                g = math.expm1(2.0 * delta * log_alpha) / g_den
-                rm = _mat(ptrs, b, _REF_MEAN, K, pcen)
-                cr = _cube(ptrs, b, _CROSS, K, pcen)
-                rc = _cube(ptrs, b, _REF_COV, K, pcen)
-                gom = g * omegas[b]
-                aa = a * a
-                oa2 = (1.0 - a) * (1.0 - a)
-                am = a - aa
-                for i in range(K):
-                    PM[b, i] = a * (mean[r, i] - rm[r, i]) + rm[r, i]
-                    PRM[b, i] = rm[r, i]
-                for i in range(K):
-                    for k in range(i, K):
-                        v1 = aa * cov[r, i, k] + oa2 * rc[r, i, k] + am * (cr[r, i, k] + cr[r, k, i])
-                        v2 = aa * cov[r, k, i] + oa2 * rc[r, k, i] + am * (cr[r, k, i] + cr[r, i, k])
-                        if i == k:
-                            v1 += gom
-                            v2 += gom
-                        v = 0.5 * (v1 + v2)
-                        PC[b, i, k] = v
-                        PC[b, k, i] = v
-                        PX[b, i, k] = a * cr[r, i, k] + (1.0 - a) * rc[r, i, k]
-                        PX[b, k, i] = a * cr[r, k, i] + (1.0 - a) * rc[r, k, i]
+                _ou_predict_block(ptrs, b, r, K, pcen, delta, log_alpha, g_den, omegas, PM, PRM, PC, PX)
             else:
                 for i in range(K):
                     PM[b, i] = mean[r, i]
@@ -388,19 +429,7 @@ def factorization_events(rows2, data, icfg, f64s, dts):
                 continue
         if wj <= 0.0:  # skipped: the clock and the predict only
             if dynamic:
-                for b in range(nblk):
-                    r = rows[b, j]
-                    K = Ks[b]
-                    if PRED[b] != 0.0:
-                        mean = _mat(ptrs, b, _MEAN, K, pcen)
-                        cov = _cube(ptrs, b, _COV, K, pcen)
-                        cr = _cube(ptrs, b, _CROSS, K, pcen)
-                        for i in range(K):
-                            mean[r, i] = PM[b, i]
-                            for k in range(K):
-                                cov[r, i, k] = PC[b, i, k]
-                                cr[r, i, k] = PX[b, i, k]
-                    _times(ptrs, b, rows)[r] = t
+                _write_predicts(ptrs, rows, j, nblk, Ks, pcen, PRED, PM, PC, PX, t)
             continue
         # 2. the signal and its gradient per block
         lam = _signal(PM, J, vals[j], voff, nslot, Ks, nfeat, pfeat, sig, fm_lin, cp_off, cp_order, cp_ctx,
@@ -900,23 +929,9 @@ def factorization_events_multi(rows2, data, icfg, f64s, dts):
     checked. Returns
     ``(events done, OK or FAILED)``."""
     n = data.shape[0]
-    nblk, nslot, sig, fm_lin = icfg[0], icfg[1], icfg[2], icfg[3]
-    cp_off, cp_order, cp_ctx, has_bias = icfg[4], icfg[5], icfg[6], icfg[7] != 0
-    lik, dynamic, record, learn = icfg[8], icfg[9] != 0, icfg[10] != 0, icfg[11] != 0
-    t_step, has_w, t0 = icfg[12], icfg[13] != 0, icfg[14]
+    (nblk, nslot, sig, fm_lin, cp_off, cp_order, cp_ctx, has_bias, lik, dynamic, record, learn, t_step, has_w, t0,
+     Ks, nfeat, pfeat, voff, sym, ptrs) = _unpack_config(icfg, _HEAD_MULTI)
     d = icfg[15]
-    o = _HEAD_MULTI
-    Ks = icfg[o:o + nblk]
-    o += nblk
-    nfeat = icfg[o:o + nslot]
-    o += nslot
-    pfeat = icfg[o:o + nslot]
-    o += nslot
-    voff = icfg[o:o + nslot + 1]
-    o += nslot + 1
-    sym = icfg[o:o + nblk]
-    o += nblk
-    ptrs = icfg[o:o + 7 * nblk].reshape((nblk, 7))
     nv = voff[nslot]
     rows = rows2[:nblk]
     newat = rows2[nblk:]
@@ -1037,31 +1052,7 @@ def factorization_events_multi(rows2, data, icfg, f64s, dts):
                     delta = 0
             if delta > 0:
                 PRED[b] = 1.0
-                cov = _cube(ptrs, b, _COV, K, pcen)
-                a = math.exp(delta * log_alpha)
-                g = math.expm1(2.0 * delta * log_alpha) / g_den
-                rm = _mat(ptrs, b, _REF_MEAN, K, pcen)
-                cr = _cube(ptrs, b, _CROSS, K, pcen)
-                rc = _cube(ptrs, b, _REF_COV, K, pcen)
-                gom = g * omegas[b]
-                aa = a * a
-                oa2 = (1.0 - a) * (1.0 - a)
-                am = a - aa
-                for i in range(K):
-                    PM[b, i] = a * (mean[r, i] - rm[r, i]) + rm[r, i]
-                    PRM[b, i] = rm[r, i]
-                for i in range(K):
-                    for k in range(i, K):
-                        v1 = aa * cov[r, i, k] + oa2 * rc[r, i, k] + am * (cr[r, i, k] + cr[r, k, i])
-                        v2 = aa * cov[r, k, i] + oa2 * rc[r, k, i] + am * (cr[r, k, i] + cr[r, i, k])
-                        if i == k:
-                            v1 += gom
-                            v2 += gom
-                        v = 0.5 * (v1 + v2)
-                        PC[b, i, k] = v
-                        PC[b, k, i] = v
-                        PX[b, i, k] = a * cr[r, i, k] + (1.0 - a) * rc[r, i, k]
-                        PX[b, k, i] = a * cr[r, k, i] + (1.0 - a) * rc[r, k, i]
+                _ou_predict_block(ptrs, b, r, K, pcen, delta, log_alpha, g_den, omegas, PM, PRM, PC, PX)
             else:
                 for i in range(K):
                     PM[b, i] = mean[r, i]
@@ -1093,19 +1084,7 @@ def factorization_events_multi(rows2, data, icfg, f64s, dts):
             continue
         if not upd:  # skipped: the clock and the predict only
             if dynamic:
-                for b in range(nblk):
-                    r = rows[b, j]
-                    K = Ks[b]
-                    if PRED[b] != 0.0:
-                        mean = _mat(ptrs, b, _MEAN, K, pcen)
-                        cov = _cube(ptrs, b, _COV, K, pcen)
-                        cr = _cube(ptrs, b, _CROSS, K, pcen)
-                        for i in range(K):
-                            mean[r, i] = PM[b, i]
-                            for k in range(K):
-                                cov[r, i, k] = PC[b, i, k]
-                                cr[r, i, k] = PX[b, i, k]
-                    _times(ptrs, b, rows)[r] = t
+                _write_predicts(ptrs, rows, j, nblk, Ks, pcen, PRED, PM, PC, PX, t)
             continue
         # 2. the logits and their gradients; U_b = Σ_b G_b and D = Σ_b G_bᵀ U_b
         _outputs(PM, J, lamv, vals[j], voff, nslot, nblk, Ks, Kcs, nfeat, pfeat, sig, fm_lin, cp_off, cp_order, cp_ctx,
