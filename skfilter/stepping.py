@@ -61,7 +61,8 @@ from .kernels.full import full_hypotheses, full_rows
 from .kernels.lofi import DONE, lofi_hypotheses, lofi_rows
 from .kernels.mlp import mlp_program
 from .kernels.observations import LIKELIHOOD_CODES, WEIGHTING_CODES
-from .kernels.predictive import DIAGONAL, FULL, LOFI, forward_rows, predict_hypotheses, predict_rows, probit_rows
+from .kernels.predictive import (DIAGONAL, FULL, LOFI, forward_rows, predict_factored_rows, predict_hypotheses,
+                                 predict_rows, probit_factored_rows, probit_rows)
 from .kernels.reversion import CPP_OU, OU, lofi_reversion_rows
 from .kernels.runlength import (diagonal_runlength_rows, factored_runlength_rows, full_runlength_rows,
                                 lofi_runlength_rows)
@@ -259,9 +260,69 @@ def _predictive_call(adapter, structure, belief, X):
              stiffness_limit(m.dtype)), f, var)
 
 
+class FactoredLayout:
+    """Where the blocks of a :class:`~skfilter.posteriors.FactoredCovariance` of ``n_params``
+    parameters lie, as the factored kernels take them: block ``b``'s parameters at
+    ``positions[starts[b]:starts[b + 1]]``, its factor ``(ranks[b], D_b)`` flat from ``fstarts[b]``."""
+
+    def __init__(self, structure, n_params):
+        positions = structure.block_positions(n_params)
+        self.positions = np.ascontiguousarray(torch.cat(positions).numpy(), dtype=np.int64)
+        sizes = [int(p.numel()) for p in positions]
+        self.starts = np.cumsum([0] + sizes).astype(np.int64)
+        self.ranks = np.array([D if isinstance(kind, CholeskyFactor) else kind.rank
+                               for kind, D in zip(structure.kinds, sizes)], dtype=np.int64)
+        self.shapes = [(int(r), D) for r, D in zip(self.ranks, sizes)]
+        self.fstarts = np.cumsum([0] + [r * D for r, D in self.shapes]).astype(np.int64)
+
+    def flat_factors(self, factors, np_dtype, batch=()):
+        """The factors of a belief as one flat array per hypothesis (``batch + (F,)``)."""
+        out = np.empty(batch + (int(self.fstarts[-1]),), dtype=np_dtype)
+        for (r, D), start, B in zip(self.shapes, self.fstarts, factors):
+            out[..., start:start + r * D] = _numpy(B).reshape(*batch, r * D)
+        return out
+
+
+#: structure → {n_params: FactoredLayout}
+_LAYOUTS = weakref.WeakKeyDictionary()
+
+
+def factored_layout(structure, n_params):
+    """The :class:`FactoredLayout` of ``structure`` at ``n_params`` parameters (built once)."""
+    known = _LAYOUTS.setdefault(structure, {})
+    layout = known.get(n_params)
+    if layout is None:
+        layout = known[n_params] = FactoredLayout(structure, n_params)
+    return layout
+
+
+def _factored_predictive(adapter, structure, belief, X):
+    """The arguments of :func:`~skfilter.kernels.predictive.predict_factored_rows` and
+    :func:`~skfilter.kernels.predictive.probit_factored_rows` up to the outputs, and ``f``, ``var``
+    to write — or None when they do not serve this model or belief."""
+    mean = belief.mean
+    if (type(structure) is not FactoredCovariance or not _serves_adapter(adapter) or mean.dim() != 1
+            or not mean.is_cpu or mean.dtype not in _DTYPES or mean.shape[0] > FACTORED_KERNEL_MAX_PARAMS):
+        return None
+    m = _numpy(mean)
+    layout = factored_layout(structure, m.shape[0])
+    (shapes, offsets, codes), input_map = _program_of(adapter)
+    Xn = _kernel_rows(X, m.dtype)
+    f = np.empty((Xn.shape[0], int(shapes[-1, 0])), dtype=m.dtype)
+    var = np.empty_like(f)
+    args = (Xn, shapes, offsets, codes, *map_arguments(input_map, m.dtype), m, layout.positions, layout.starts,
+            layout.flat_factors(belief.factors, m.dtype), layout.fstarts, layout.ranks,
+            np.ascontiguousarray(_numpy(belief.pending), dtype=m.dtype), f, var)
+    return args, f, var
+
+
 def linearized_arrays(adapter, structure, belief, X, centred=False):
     """:func:`linearized`'s ``(f, diag(J Σ Jᵀ))`` (``centred``: ``diag(Π J Σ Jᵀ Π)``) as NumPy arrays
     (one-row predictions skip the tensors), or None."""
+    factored = _factored_predictive(adapter, structure, belief, X)
+    if factored is not None:
+        predict_factored_rows(*factored[0], bool(centred))
+        return factored[1], factored[2]
     call = _predictive_call(adapter, structure, belief, X)
     if call is None or not predict_rows(*call[0], bool(centred)):
         return None
@@ -273,6 +334,11 @@ def probit_arrays(adapter, structure, belief, X, n_classes):
     of the linearised predictive (:func:`~skfilter.kernels.predictive.probit_rows`: the shift-free
     variances, then :func:`~skfilter.likelihoods.probit_probabilities`'s formulas) as NumPy arrays,
     in one compiled call; None when the kernels do not serve the model or structure."""
+    factored = _factored_predictive(adapter, structure, belief, X)
+    if factored is not None:
+        proba = np.empty((factored[1].shape[0], n_classes), dtype=factored[1].dtype)
+        probit_factored_rows(*factored[0], proba)
+        return factored[1], proba
     call = _predictive_call(adapter, structure, belief, X)
     if call is None:
         return None
@@ -1107,14 +1173,9 @@ class FactoredPlan(KernelPlan):
         g, q_blocks = dynamics
         super().__init__(parts, (g, 0.0))
         structure = parts.structure
-        positions = structure.block_positions(n_params)
-        self.positions = np.ascontiguousarray(torch.cat(positions).numpy(), dtype=np.int64)
-        sizes = [int(p.numel()) for p in positions]
-        self.starts = np.cumsum([0] + sizes).astype(np.int64)
-        self.ranks = np.array([D if isinstance(kind, CholeskyFactor) else kind.rank
-                               for kind, D in zip(structure.kinds, sizes)], dtype=np.int64)
-        self.shapes = [(int(r), D) for r, D in zip(self.ranks, sizes)]
-        self.fstarts = np.cumsum([0] + [r * D for r, D in self.shapes]).astype(np.int64)
+        self.layout = layout = factored_layout(structure, n_params)
+        self.positions, self.starts, self.ranks = layout.positions, layout.starts, layout.ranks
+        self.shapes, self.fstarts = layout.shapes, layout.fstarts
         self.kinds = np.array([(CHOLESKY_EXACT_NOISE if kind.exact_process_noise else CHOLESKY)
                                if isinstance(kind, CholeskyFactor) else
                                (LOW_RANK_PLUS_NOISE if kind.keep_process_noise else LOW_RANK)
@@ -1125,10 +1186,7 @@ class FactoredPlan(KernelPlan):
 
     def flat_factors(self, factors, np_dtype, batch=()):
         """The factors of a belief as one flat array per hypothesis (``batch + (F,)``)."""
-        out = np.empty(batch + (int(self.fstarts[-1]),), dtype=np_dtype)
-        for (r, D), start, B in zip(self.shapes, self.fstarts, factors):
-            out[..., start:start + r * D] = _numpy(B).reshape(*batch, r * D)
-        return out
+        return self.layout.flat_factors(factors, np_dtype, batch)
 
     def factor_views(self, flat, batch=()):
         """The factors of a flat buffer (``batch + (F,)``) as arrays ``batch + (r_b, D_b)`` (views)."""

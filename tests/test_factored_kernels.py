@@ -354,3 +354,40 @@ def test_sample_y_is_the_same_on_both_paths(structure):
     a = est.sample_y(X[:6], n_samples=4, random_state=3)
     b = ref.sample_y(X[:6], n_samples=4, random_state=3)
     _close(a, b, 1e-10)
+
+
+# ---------------------------------------------------------------------------------------------
+# the compiled predictive (kernels.predictive.predict_factored_rows / probit_factored_rows)
+# ---------------------------------------------------------------------------------------------
+def _predict_both(est, X):
+    """``(compiled, torch)`` predictions of a fitted estimator; the compiled ones must not take the
+    structure's torch predictive."""
+    method = est.predict_proba if hasattr(est, "predict_proba") else (lambda Z: est.predict(Z, return_std=True))
+    with compiled_kernels(False):
+        ref = method(X)
+    used = AssertionError("the torch predictive ran")
+    with mock.patch.object(FactoredCovariance, "quadratic_form", side_effect=used), \
+            mock.patch.object(FactoredCovariance, "quadratic_diagonal", side_effect=used):
+        got = method(X)
+    return got, ref
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("structure", list(STRUCTURES))
+def test_predictive_on_the_kernel_equals_torch_engine(structure, dtype):
+    X, y = _regression(outputs=2 if structure == "lolofi" else 1)
+    est = STRUCTURES[structure](random_state=0, dtype=dtype, process_noise=1e-3).fit(X[:40], y[:40])
+    (m1, s1), (m2, s2) = _predict_both(est, X[40:])
+    rtol = 1e-12 if dtype == "float64" else 2e-5
+    _close(m1, m2, rtol)
+    _close(s1, s2, rtol)
+
+
+@pytest.mark.parametrize("n_classes", [2, 4])
+@pytest.mark.parametrize("structure", list(CLASSIFIERS))
+def test_class_probabilities_on_the_kernel_equal_torch_engine(structure, n_classes):
+    X, y = _classification(classes=n_classes)
+    est = CLASSIFIERS[structure](random_state=0).fit(X, y)
+    p1, p2 = _predict_both(est, X)
+    np.testing.assert_allclose(p1, p2, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(p1.sum(1), 1.0, rtol=1e-12)

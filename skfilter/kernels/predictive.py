@@ -8,7 +8,10 @@ forming ``J`` for all rows at once (one ``C × P`` block at a time):
 * LoFi (``Σ = (Υ + W Wᵀ)⁻¹``, Woodbury, B.1 eq. 61): ``[J Υ⁻¹ Jᵀ]_cc − ‖Lc⁻¹ W Υ⁻¹ J_cᵀ‖²`` with
   ``Lc Lcᵀ = M = I + Wᵀ Υ⁻¹ W`` (one factorisation per call);
 * diagonal: ``Σ_j J_cj² v_j``;
-* full: ``J_c Σ J_cᵀ``.
+* full: ``J_c Σ J_cᵀ``;
+* the factored covariance (LRKF, HiLoFi, LoLoFi: ``Σ = blockdiag(B_bᵀ B_b + q_b I)``, the pending
+  process noise ``q_b`` included as :meth:`~skfilter.posteriors.FactoredCovariance.quadratic_form`
+  has it): ``Σ_b ‖B_b J_{b,c}ᵀ‖² + q_b ‖J_{b,c}‖²`` (:func:`predict_factored_rows`).
 
 A stiff ``M`` (trace beyond :func:`~skfilter.posteriors._base.stiffness_limit`, where the Woodbury
 difference cancels) is reported and the caller takes the torch path's square-root form.
@@ -134,8 +137,16 @@ def probit_rows(X, shapes, offsets, codes, in_scale, in_shift, in_bound, mean, k
     if not predict_rows(X, shapes, offsets, codes, in_scale, in_shift, in_bound, mean, kind, first, second, f_out,
                         var_out, limit, C > 1):
         return False
+    _probit(f_out, var_out, proba_out)
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _probit(f_out, var_out, proba_out):
+    """:func:`probit_rows`' probabilities from the logits and their (shift-free for ``C ≥ 2``) variances."""
+    C = f_out.shape[1]
     c8 = math.pi / 8.0
-    for i in range(X.shape[0]):
+    for i in range(f_out.shape[0]):
         if C == 1:
             z = f_out[i, 0] / math.sqrt(1.0 + c8 * var_out[i, 0])
             p1 = 1.0 / (1.0 + math.exp(-z)) if z >= 0.0 else math.exp(z) / (1.0 + math.exp(z))
@@ -157,7 +168,66 @@ def probit_rows(X, shapes, offsets, codes, in_scale, in_shift, in_bound, mean, k
             total += e
         for c in range(C):
             proba_out[i, c] /= total
-    return True
+
+
+@njit(cache=True, nogil=True)
+def predict_factored_rows(X, shapes, offsets, codes, in_scale, in_shift, in_bound, mean, positions, starts, factors,
+                          fstarts, ranks, pend, f_out, var_out, centred):
+    """:func:`predict_rows` for the factored covariance: block ``b``'s parameters at
+    ``positions[starts[b]:starts[b + 1]]`` (``D_b`` of them), its factor ``B_b (r_b, D_b)`` flat in
+    ``factors`` from ``fstarts[b]``, its pending process noise ``pend[b]``; writes ``f`` and
+    ``diag(J Σ Jᵀ) = Σ_b ‖B_b J_{b,c}ᵀ‖² + q_b ‖J_{b,c}‖²`` (``centred``: of ``Π J``)."""
+    n, D = X.shape
+    dt = mean.dtype
+    C = f_out.shape[1]
+    P = mean.shape[0]
+    acts, pre, delta, scratch = mlp_buffers(shapes, D, mean)
+    x_row = np.empty(D, dtype=dt)
+    J = np.empty((C, P), dtype=dt)
+    Dmax = 0
+    for b in range(ranks.shape[0]):
+        Dmax = max(Dmax, starts[b + 1] - starts[b])
+    gathered = np.empty(Dmax, dtype=dt)
+    for i in range(n):
+        map_row(X[i], in_scale, in_shift, in_bound, x_row)
+        mlp_forward_jacobian(mean, x_row, shapes, offsets, codes, acts, pre, delta, scratch, f_out[i], J)
+        if centred and C > 1:
+            for j in range(P):
+                s = 0.0
+                for c in range(C):
+                    s += J[c, j]
+                s /= C
+                for c in range(C):
+                    J[c, j] -= s
+        for c in range(C):
+            total = 0.0
+            for b in range(ranks.shape[0]):
+                s0, e0 = starts[b], starts[b + 1]
+                Db = e0 - s0
+                r = ranks[b]
+                sq = 0.0
+                for j in range(Db):
+                    v = J[c, positions[s0 + j]]
+                    gathered[j] = v
+                    sq += v * v
+                total += pend[b] * sq
+                base = fstarts[b]
+                for a in range(r):
+                    row = base + a * Db
+                    t = 0.0
+                    for j in range(Db):
+                        t += factors[row + j] * gathered[j]
+                    total += t * t
+            var_out[i, c] = total
+
+
+@njit(cache=True, nogil=True)
+def probit_factored_rows(X, shapes, offsets, codes, in_scale, in_shift, in_bound, mean, positions, starts, factors,
+                         fstarts, ranks, pend, f_out, var_out, proba_out):
+    """:func:`probit_rows` for the factored covariance (:func:`predict_factored_rows`)."""
+    predict_factored_rows(X, shapes, offsets, codes, in_scale, in_shift, in_bound, mean, positions, starts, factors,
+                          fstarts, ranks, pend, f_out, var_out, f_out.shape[1] > 1)
+    _probit(f_out, var_out, proba_out)
 
 
 @njit(cache=True, nogil=True)
