@@ -3,6 +3,8 @@ the per-estimator memo of the per-call fast paths."""
 
 from __future__ import annotations
 
+import sys
+
 import weakref
 
 import numpy as np
@@ -215,3 +217,21 @@ def targets_array(y):
         except (ValueError, TypeError):
             return None
     return None
+
+
+def _refs_of_a_local() -> int:
+    probe = object()
+    return sys.getrefcount(probe)
+
+
+def _refs_of_a_listed_item() -> int:
+    box = [object()]
+    return sys.getrefcount(box[0])
+
+
+#: ``sys.getrefcount(x)`` of an object held by one local variable of the calling function only: 2
+#: before CPython 3.14 (the variable and the call's argument), 1 where locals are loaded as borrowed
+#: references (3.14); reuse checks count the references they expect on top of it
+LOCAL_REFS = _refs_of_a_local()
+#: ``sys.getrefcount(items[i])`` of an object held by one list only (the list and the subscript's result)
+LISTED_REFS = _refs_of_a_listed_item()

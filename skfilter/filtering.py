@@ -45,9 +45,11 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import torch
 
-from ._array_ops import NUMPY_OPS, SCRATCH, as_numpy
+from ._array_ops import MAX_KEPT_BYTES, NUMPY_OPS, SCRATCH, as_numpy
+from ._utils import LOCAL_REFS
 from .dynamics import Dynamics, Reference, apply_dynamics
 from .exceptions import FilterStepError
+from .likelihoods import whitens_by_matrix
 
 
 class EngineParts(NamedTuple):
@@ -128,12 +130,14 @@ def _takes_out(fn) -> bool:
 
 def _buffer(buffers, name, shape, like):
     """A tensor ``(shape)`` of ``like``'s dtype and device from the stream's ``buffers`` (kept per
-    name, replaced when the shape changes), or None without buffers."""
+    name and shape, so that a call's last, shorter batch does not replace the full batches'), or
+    None without buffers."""
     if buffers is None:
         return None
-    buf = buffers.get(name)
-    if buf is None or tuple(buf.shape) != tuple(shape) or buf.dtype != like.dtype or buf.device != like.device:
-        buf = buffers[name] = torch.empty(shape, dtype=like.dtype, device=like.device)
+    key = (name, tuple(shape))
+    buf = buffers.get(key)
+    if buf is None or buf.dtype != like.dtype or buf.device != like.device:
+        buf = buffers[key] = torch.empty(shape, dtype=like.dtype, device=like.device)
     return buf
 
 
@@ -177,7 +181,7 @@ def filter_step(parts: EngineParts, state: FilterState, X, Y, sample_weight=None
     # once, for the predictive and the update (whitened rows Hw = A J, A from the likelihood)
     rows = None
     jacobian_rows = getattr(structure, "jacobian_rows", None)
-    if jacobian_rows is not None and likelihood.whitens_by_matrix and not hasattr(structure, "names"):
+    if jacobian_rows is not None and whitens_by_matrix(likelihood) and not hasattr(structure, "names"):
         rows = jacobian_rows(predicted, J)
     quad = None
     if record is not None or _needs_covariance(parts.weighting) or likelihood.needs_predictive:
@@ -245,8 +249,9 @@ def filter_step(parts: EngineParts, state: FilterState, X, Y, sample_weight=None
 
 def _is_dead(belief) -> bool:
     """Whether ``belief`` is referenced only by the caller's variable (and this call's argument), so
-    that its memory may be reused; ``on_step`` callbacks, which could keep beliefs, disable reuse."""
-    return sys.getrefcount(belief) <= 3
+    that its memory may be reused; ``on_step`` callbacks, which could keep beliefs, disable reuse.
+    (:data:`~skfilter._utils.LOCAL_REFS`: what a local's count reads on this Python.)"""
+    return sys.getrefcount(belief) <= LOCAL_REFS + 1
 
 
 #: beliefs of at least this many bytes are kept between calls as spare workspaces (:func:`run_filter`)
@@ -268,11 +273,21 @@ def _stream_buffers(structure):
     return kept
 
 
+def _keep_for_next_call(kept, belief):
+    """Drop the stream buffers ``kept`` holds for the next call when they add up to more than the
+    belief's own size (or :data:`~skfilter._array_ops.MAX_KEPT_BYTES`): an idle estimator keeps at
+    most about twice its belief (a batch of many rows' ``J`` is made again per call instead)."""
+    buffers = kept["buffers"]
+    held = sum(t.numel() * t.element_size() for t in buffers.values())
+    if held > max(MAX_KEPT_BYTES, _belief_bytes(belief)):
+        buffers.clear()
+
+
 def _spare_workspace(spares):
     """A spare belief (:func:`run_filter`) nothing else references any more, or None."""
     while spares:
         belief = spares.pop()
-        if sys.getrefcount(belief) <= 2:  # this variable and the argument of getrefcount
+        if sys.getrefcount(belief) <= LOCAL_REFS:  # this variable alone
             return belief
     return None
 
@@ -291,10 +306,12 @@ def run_filter(parts: EngineParts, state: FilterState, X, Y, sample_weight=None,
     outs = []
     start = state.n_seen
     initial = state.belief  # held by the caller: never a workspace
-    # J and Hw of every step in the same arrays, kept for the next call; with large beliefs the
-    # last dead one of this call is kept as the next call's first workspace
-    kept = _stream_buffers(parts.structure) if on_step is None else None
-    buffers = None if kept is None else kept["buffers"]
+    # J and Hw of every step in the same arrays, kept for the next call on the CPU (at most about the
+    # belief's size: _keep_for_next_call); with large beliefs the last dead one of this call is kept
+    # as the next call's first workspace. On a GPU torch's caching allocator already reuses memory.
+    on_cpu = initial.mean.device.type == "cpu"
+    kept = _stream_buffers(parts.structure) if on_step is None and on_cpu else None
+    buffers = ({} if on_step is None else None) if kept is None else kept["buffers"]
     spares = kept["spares"] if kept is not None and _belief_bytes(initial) >= SPARE_MIN_BYTES else None
     previous = None
     # the row blocks as views, made at once (cheaper than slicing at every step)
@@ -325,7 +342,11 @@ def run_filter(parts: EngineParts, state: FilterState, X, Y, sample_weight=None,
                 exc.step = exc.rows_done
         except AttributeError:  # pragma: no cover - exceptions without a __dict__
             pass
+        if kept is not None:
+            _keep_for_next_call(kept, initial)
         raise
+    if kept is not None:
+        _keep_for_next_call(kept, initial)
     if spares is not None and previous is not None and previous is not initial:
         # the belief of the step before the last, which nothing outside this call ever saw (the
         # caller's own belief may be held by the user: it is never kept)

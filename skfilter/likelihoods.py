@@ -95,7 +95,8 @@ class Likelihood:
         step, so that no ``P``-sized array is allocated per step."""
         raise NotImplementedError
 
-    #: whether :meth:`whitening_matrix` is implemented (the whitened rows are ``A J``)
+    #: whether :meth:`whitening_matrix` is implemented (the whitened rows are ``A J``); read through
+    #: :func:`whitens_by_matrix`, which also asks that the class defining ``whiten`` define it
     whitens_by_matrix = False
 
     def whitening_matrix(self, f, Y, state=None, quad=None):
@@ -528,6 +529,29 @@ class Poisson(Likelihood):
 
     def log_det_whitening(self, f, state=None):
         return -0.5 * torch.log(self.mean(f).clamp_min(_tiny(f.dtype))).sum(-1)
+
+
+def whitens_by_matrix(likelihood) -> bool:
+    """Whether ``likelihood``'s whitened rows are :meth:`~Likelihood.whitening_matrix` times ``J``:
+    its class says so (:attr:`Likelihood.whitens_by_matrix`) and the class that defines its
+    ``whiten`` also defines ``whitening_matrix`` (a subclass that overrides ``whiten`` alone keeps
+    its own whitening).
+
+    Examples
+    --------
+    >>> from skfilter.likelihoods import Bernoulli, whitens_by_matrix
+    >>> class MyBernoulli(Bernoulli):
+    ...     def whiten(self, f, J, Y, state=None, out=None):
+    ...         return super().whiten(f, J, Y, state, out)
+    >>> whitens_by_matrix(Bernoulli()), whitens_by_matrix(MyBernoulli())
+    (True, False)
+    """
+    if not getattr(likelihood, "whitens_by_matrix", False):
+        return False
+    for cls in type(likelihood).__mro__:
+        if "whiten" in vars(cls):
+            return "whitening_matrix" in vars(cls)
+    return False
 
 
 def probit_probabilities(f: torch.Tensor, var: torch.Tensor, binary: bool) -> torch.Tensor:

@@ -110,7 +110,12 @@ def _cat(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     stack of beliefs (e.g. ``(K + 1) × L × P``) waits for a second thread at every call, which on a
     machine whose cores are busy costs milliseconds per row (measured: BOCD K = 10 over LoFi-10 at
     P = 501 under a load of 3 on 2 cores, 23 ms/row against 1.4 ms with one torch thread). Same
-    values (a copy)."""
+    values (a copy). Trailing shapes that differ but broadcast — a prior-predictive precision kept
+    as one value in one hypothesis and per parameter in another (after a shrink by a per-parameter
+    reference variance) — are broadcast first."""
+    if a.shape[1:] != b.shape[1:]:
+        tail = torch.broadcast_shapes(a.shape[1:], b.shape[1:])
+        a, b = a.expand(a.shape[0], *tail), b.expand(b.shape[0], *tail)
     if _host_copyable(a, b) and a.dtype == b.dtype:
         return torch.from_numpy(np.concatenate([a.numpy(), b.numpy()]))
     return torch.cat([a, b])

@@ -52,6 +52,7 @@ import torch
 
 from . import filtering
 from .exceptions import FilterStepError
+from ._utils import LISTED_REFS, LOCAL_REFS
 from .filtering import FilterState, StepOutput
 from .kernels import enabled
 from .kernels.diagonal import diagonal_hypotheses, diagonal_rows
@@ -111,9 +112,9 @@ RECYCLED_MAX_BYTES = 1 << 28
 #: arrays smaller than this are plain ``np.empty`` (no page faults worth avoiding)
 RECYCLE_MIN_BYTES = 1 << 20
 _RECYCLED_LOCK = threading.Lock()
-#: references to an unused array while :func:`recycled_empty` looks at it: the list, the local
-#: name and :func:`sys.getrefcount`'s argument
-_UNUSED_REFS = 3
+#: references to an unused array while :func:`recycled_empty` looks at it: the list and the local
+#: name (:data:`~skfilter._utils.LOCAL_REFS` counts the local as this Python does)
+_UNUSED_REFS = LOCAL_REFS + 1
 
 
 def recycled_empty(shape, dtype):
@@ -142,7 +143,7 @@ def recycled_empty(shape, dtype):
         # room: the least recently used unused arrays go while the count or the bytes kept would pass
         # their bounds; an array that does not fit even so is not kept
         while len(_RECYCLED) >= RECYCLED_MAX or sum(a.nbytes for a in _RECYCLED) + arr.nbytes > RECYCLED_MAX_BYTES:
-            free = [i for i in range(len(_RECYCLED)) if sys.getrefcount(_RECYCLED[i]) == _UNUSED_REFS - 1]
+            free = [i for i in range(len(_RECYCLED)) if sys.getrefcount(_RECYCLED[i]) == LISTED_REFS]
             if not free:
                 return arr
             del _RECYCLED[free[0]]
@@ -1433,14 +1434,18 @@ class ReversionPlan(RunLengthPlan):
         self.reference = reference
         P = prior_belief.mean.shape[-1]
         np_dtype = _NP_DTYPES[prior_belief.mean.dtype]
-        var = torch.as_tensor(reference.variance, dtype=prior_belief.mean.dtype).reshape(-1)
+        var = torch.as_tensor(reference.variance, dtype=prior_belief.mean.dtype)
+        # the prior-predictive precision: per parameter under a per-parameter reference variance (the
+        # engine's shrink broadcasts it so, even when the prior keeps one value), else as the prior's
+        self.eta_shape = (P,) if var.dim() > 0 else tuple(prior_belief.prior_precision.shape)
+        var = var.reshape(-1)
         self.ref = (np.ascontiguousarray(_numpy(reference.mean), dtype=np_dtype),
                     np.ascontiguousarray(_numpy(var.expand(P) if var.numel() == 1 else var), dtype=np_dtype))
         self.grid = np.asarray(grid, dtype=np.float64)
 
     def _pool(self, b, K, S, np_dtype):
         P = b.mean.shape[-1]
-        E = self.prior_belief.prior_precision.numel()
+        E = math.prod(self.eta_shape)
         eta = _numpy(b.prior_precision).reshape(K, -1)
         pool = (np.empty((S, 1, P), dtype=np_dtype), np.empty((S, 1, P), dtype=np_dtype),
                 np.empty((S, 1, b.low_rank.shape[-2], P), dtype=np_dtype), np.empty((S, E), dtype=np_dtype),
@@ -1458,7 +1463,7 @@ class ReversionPlan(RunLengthPlan):
         before, after = self._run_lengths
         # the update count: from the prior's after a hard reset within these rows (run length 0 there)
         n_steps = self.prior_belief.n_steps + after + 1 if after < before + rows else b.n_steps + rows
-        eta = t(etas[idx]).reshape(len(idx), *self.prior_belief.prior_precision.shape)
+        eta = t(etas[idx]).reshape(len(idx), *self.eta_shape)
         return type(b)(t(means[idx, 0]), t(diags[idx, 0]), t(factors[idx, 0]), eta, t(m0s[idx]), n_steps)
 
     def _call(self, Xn, Yn, w, has_w, pool, prior, noises, scales, keep, common, rec, evidence):

@@ -246,3 +246,18 @@ def test_whitening_matrix_times_jacobian_is_whiten(C, n, seed):
         A, ew2 = lik.whitening_matrix(f, Y, state, quad=quad)
         torch.testing.assert_close(A @ J if A.shape[-1] == C else A * J, Hw, rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(ew2, ew, rtol=1e-12, atol=1e-12)
+
+
+def test_stream_buffers_kept_within_the_belief_size(monkeypatch):
+    """The ``J`` buffers a stream keeps between calls (per structure, keyed by shape) are dropped at
+    the end of a call when they outgrow the belief: an idle estimator holds about its belief's size."""
+    from skfilter import filtering
+
+    monkeypatch.setattr(filtering, "MAX_KEPT_BYTES", 0)
+    with compiled_kernels(False):
+        one = LoFiRegressor(hidden_layer_sizes=(8,), rank=3, random_state=0).fit(X_DIAB[:80], Y_DIAB[:80])
+        kept = filtering._stream_buffers(one._structure)["buffers"]
+        assert kept and all(shape[0] == 1 for _, shape in kept)  # one row per step: J is (1, 1, P)
+        many = LoFiRegressor(hidden_layer_sizes=(8,), rank=3, batch_size=40, random_state=0)
+        many.fit(X_DIAB[:80], Y_DIAB[:80])
+        assert not filtering._stream_buffers(many._structure)["buffers"]  # (40, 1, P): larger than the belief

@@ -457,3 +457,24 @@ def test_reversion_stiff_row_is_handed_back_and_failure_keeps_the_state():
     assert est.runlength_state_.filter.n_seen == n0 + 5
     est.partial_fit(X[30:35], y[30:35])
     assert est.runlength_state_.filter.n_seen == n0 + 10
+
+
+def test_reversion_with_a_constant_per_parameter_reference_variance():
+    """A reference variance given per parameter but all equal (the prior keeps one precision value,
+    the shrink makes it per parameter): both paths run and agree, the precision per parameter."""
+    from skfilter.dynamics import Reference
+
+    X, y = _stream("regression", n=90)
+    results = []
+    for on in (True, False):
+        with compiled_kernels(on):
+            est = BOCDRegressor(LoFiRegressor(hidden_layer_sizes=(4,), rank=2, prior_variance=0.5, random_state=0),
+                                n_hypotheses=1, reset="ou", threshold=0.9, hazard=0.1)
+            est.partial_fit(X[:50], y[:50])
+            inner = est.estimator_
+            inner._reference = Reference(inner._reference.mean, torch.full_like(inner._reference.mean, 0.5))
+            est.partial_fit(X[50:], y[50:])
+            results.append(est)
+    a, b = results
+    assert a.runlength_state_.filter.belief.prior_precision.shape == (1, a.estimator_.n_params_)
+    _assert_same_mixture(a, b)
