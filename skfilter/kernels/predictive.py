@@ -40,6 +40,24 @@ def _weighted_square(row, weights):
 
 
 @njit(cache=True, nogil=True)
+def _row_jacobian(x, in_scale, in_shift, in_bound, x_row, mean, shapes, offsets, codes, acts, pre, delta, scratch, f,
+                  J, centred):
+    """One raw row's outputs ``f`` and Jacobian ``J (C, P)`` at ``mean`` (mapped as the first layer
+    sees it); ``centred``: ``J``'s rows less their mean (``Π J``, ``Π = I − 11ᵀ/C``)."""
+    map_row(x, in_scale, in_shift, in_bound, x_row)
+    mlp_forward_jacobian(mean, x_row, shapes, offsets, codes, acts, pre, delta, scratch, f, J)
+    C, P = J.shape
+    if centred and C > 1:
+        for j in range(P):
+            s = 0.0
+            for c in range(C):
+                s += J[c, j]
+            s /= C
+            for c in range(C):
+                J[c, j] -= s
+
+
+@njit(cache=True, nogil=True)
 def predict_rows(X, shapes, offsets, codes, in_scale, in_shift, in_bound, mean, kind, first, second, f_out, var_out,
                  limit, centred):
     """Write ``f (n, C)`` and ``diag(J Σ Jᵀ) (n, C)`` of the raw rows ``X (n, D)`` (each mapped as the
@@ -79,16 +97,8 @@ def predict_rows(X, shapes, offsets, codes, in_scale, in_shift, in_bound, mean, 
         for j in range(P):
             weights[j] = first[j]
     for i in range(n):
-        map_row(X[i], in_scale, in_shift, in_bound, x_row)
-        mlp_forward_jacobian(mean, x_row, shapes, offsets, codes, acts, pre, delta, scratch, f_out[i], J)
-        if centred and C > 1:
-            for j in range(P):
-                s = 0.0
-                for c in range(C):
-                    s += J[c, j]
-                s /= C
-                for c in range(C):
-                    J[c, j] -= s
+        _row_jacobian(X[i], in_scale, in_shift, in_bound, x_row, mean, shapes, offsets, codes, acts, pre, delta,
+                      scratch, f_out[i], J, centred)
         if kind == FULL:
             U = np.dot(second, J.T)  # Σ Jᵀ, (P, C)
             for c in range(C):
@@ -189,16 +199,8 @@ def predict_factored_rows(X, shapes, offsets, codes, in_scale, in_shift, in_boun
         Dmax = max(Dmax, starts[b + 1] - starts[b])
     gathered = np.empty(Dmax, dtype=dt)
     for i in range(n):
-        map_row(X[i], in_scale, in_shift, in_bound, x_row)
-        mlp_forward_jacobian(mean, x_row, shapes, offsets, codes, acts, pre, delta, scratch, f_out[i], J)
-        if centred and C > 1:
-            for j in range(P):
-                s = 0.0
-                for c in range(C):
-                    s += J[c, j]
-                s /= C
-                for c in range(C):
-                    J[c, j] -= s
+        _row_jacobian(X[i], in_scale, in_shift, in_bound, x_row, mean, shapes, offsets, codes, acts, pre, delta,
+                      scratch, f_out[i], J, centred)
         for c in range(C):
             total = 0.0
             for b in range(ranks.shape[0]):
