@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import math
+import sys
 import threading
 import weakref
 
@@ -39,6 +41,7 @@ import scipy.linalg
 import scipy.special
 import torch
 
+from ._utils import LISTED_REFS, LOCAL_REFS
 from .exceptions import FilterStepError
 
 
@@ -354,6 +357,62 @@ def chunk_width(rows: int, n_cols: int, like) -> int:
     width = max(MIN_CHUNK, CHUNK_ELEMENTS // rows)
     n_blocks = -(-n_cols // width)
     return -(-n_cols // n_blocks)
+
+
+class Recycler:
+    """Large uninitialised NumPy arrays, handed out again once nothing refers to them.
+
+    Fresh memory costs a page fault per page on first touch (on a virtual machine mostly system
+    time, about 1 ms per MB measured); a filter that returns new arrays at every call — a belief the
+    caller keeps, a run-length pool — would pay it on every call, although the arrays of the call
+    before are dead by then. :meth:`empty` gives one of the arrays this recycler made when nothing
+    but the recycler refers to it (CPython's reference count: a NumPy view, a tensor of
+    :func:`torch.from_numpy` and any holder of either keep a reference), else a new one. At most
+    ``max_count`` arrays of at most ``max_bytes`` together are kept (the least recently used unused
+    ones make room; one that does not fit while the others are in use is not kept); arrays below
+    ``min_bytes`` are plain ``np.empty``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfilter._array_ops import Recycler
+    >>> pool = Recycler(max_count=2, max_bytes=1 << 24, min_bytes=0)
+    >>> a = pool.empty((4, 4), np.float64)
+    >>> pool.empty((4, 4), np.float64) is a  # a is still referenced
+    False
+    >>> address = a.ctypes.data
+    >>> del a
+    >>> pool.empty((4, 4), np.float64).ctypes.data == address  # reused
+    True
+    """
+
+    def __init__(self, max_count, max_bytes, min_bytes=1 << 20):
+        self.max_count, self.max_bytes, self.min_bytes = int(max_count), int(max_bytes), int(min_bytes)
+        #: the arrays made, most recently used last
+        self.arrays = []
+        self._lock = threading.Lock()
+
+    def empty(self, shape, dtype):
+        """An uninitialised array of ``shape`` and ``dtype`` (class docstring)."""
+        dtype = np.dtype(dtype)
+        shape = tuple(int(n) for n in shape)
+        if math.prod(shape) * dtype.itemsize < self.min_bytes:
+            return np.empty(shape, dtype=dtype)
+        arrays = self.arrays
+        with self._lock:
+            for i in range(len(arrays)):
+                arr = arrays[i]  # referenced by the list and this name alone when unused
+                if arr.shape == shape and arr.dtype == dtype and sys.getrefcount(arr) == LOCAL_REFS + 1:
+                    arrays.append(arrays.pop(i))
+                    return arr
+            arr = np.empty(shape, dtype=dtype)
+            while len(arrays) >= self.max_count or sum(a.nbytes for a in arrays) + arr.nbytes > self.max_bytes:
+                free = [i for i in range(len(arrays)) if sys.getrefcount(arrays[i]) == LISTED_REFS]
+                if not free:
+                    return arr
+                del arrays[free[0]]
+            arrays.append(arr)
+            return arr
 
 
 class Scratch:

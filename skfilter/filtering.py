@@ -142,7 +142,7 @@ def _buffer(buffers, name, shape, like):
 
 
 def filter_step(parts: EngineParts, state: FilterState, X, Y, sample_weight=None, record=None, workspace=None,
-                buffers=None):
+                buffers=None, first_pass=None):
     """One filter step on rows ``X (B, D)``, targets ``Y (B, C)``, ``sample_weight (B,)`` or None.
 
     Returns ``(new_state, StepOutput)`` (module docstring for the stages). ``record``, if given, is
@@ -156,6 +156,9 @@ def filter_step(parts: EngineParts, state: FilterState, X, Y, sample_weight=None
     arrays receive ``J`` and ``Hw`` (for an adapter and likelihood that take ``out=``) instead of
     fresh ``P``-sized arrays at every step; only for callers that keep neither past the step (no
     ``on_step`` callback: an :class:`~skfilter.posteriors.UpdateInfo` may read ``Hw`` later).
+    ``first_pass``: for a structure with ``jacobian_rows`` (large LoFi beliefs), the callable that
+    forms the Jacobian rows' products with the belief
+    (:func:`~skfilter.posteriors.lofi.lofi_jacobian_products`; the dispatch passes a compiled one).
     """
     structure, likelihood = parts.structure, parts.likelihood
     belief, noise = state.belief, state.noise
@@ -182,7 +185,7 @@ def filter_step(parts: EngineParts, state: FilterState, X, Y, sample_weight=None
     rows = None
     jacobian_rows = getattr(structure, "jacobian_rows", None)
     if jacobian_rows is not None and whitens_by_matrix(likelihood) and not hasattr(structure, "names"):
-        rows = jacobian_rows(predicted, J)
+        rows = jacobian_rows(predicted, J) if first_pass is None else jacobian_rows(predicted, J, first_pass)
     quad = None
     if record is not None or _needs_covariance(parts.weighting) or likelihood.needs_predictive:
         quad = rows.quad if rows is not None else structure.quadratic_form(predicted, J)
@@ -293,7 +296,7 @@ def _spare_workspace(spares):
 
 
 def run_filter(parts: EngineParts, state: FilterState, X, Y, sample_weight=None, batch_size=1,
-               record=None, progress=None, on_step=None):
+               record=None, progress=None, on_step=None, first_pass=None):
     """Filter the rows of ``X`` in order, ``batch_size`` rows per step, from ``state``.
 
     Returns ``(state, records)``: the state after every row and the outputs of ``record`` (see
@@ -301,7 +304,7 @@ def run_filter(parts: EngineParts, state: FilterState, X, Y, sample_weight=None,
     sees each step's result. On any exception (a :class:`~skfilter.exceptions.FilterStepError`, a
     ``KeyboardInterrupt``, …) the exception gets the attribute ``last_good_state``: the state after
     the rows learned before the failing step (``rows_done`` of them, also an attribute), which the
-    caller installs; then it propagates.
+    caller installs; then it propagates. ``first_pass``: as :func:`filter_step`'s.
     """
     outs = []
     start = state.n_seen
@@ -325,7 +328,7 @@ def run_filter(parts: EngineParts, state: FilterState, X, Y, sample_weight=None,
             elif spares:
                 workspace = _spare_workspace(spares)
             previous = None
-            new_state, output = filter_step(parts, state, Xb, Yb, wb, record, workspace, buffers)
+            new_state, output = filter_step(parts, state, Xb, Yb, wb, record, workspace, buffers, first_pass)
             previous = state.belief
             state = new_state  # one assignment: the step is installed whole or not at all
             if record is not None:

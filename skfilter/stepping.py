@@ -52,7 +52,7 @@ import torch
 
 from . import filtering
 from .exceptions import FilterStepError
-from ._utils import LISTED_REFS, LOCAL_REFS
+from ._array_ops import Recycler
 from .filtering import FilterState, StepOutput
 from .kernels import enabled
 from .kernels.diagonal import diagonal_hypotheses, diagonal_rows
@@ -65,6 +65,7 @@ from .kernels.observations import LIKELIHOOD_CODES, WEIGHTING_CODES
 from .kernels.predictive import (DIAGONAL, FULL, LOFI, forward_rows, predict_factored_rows, predict_hypotheses,
                                  predict_rows, probit_factored_rows, probit_rows)
 from .kernels.reversion import CPP_OU, OU, lofi_reversion_rows
+from .kernels.stacked import stacked_row_products
 from .kernels.runlength import (diagonal_runlength_rows, factored_runlength_rows, full_runlength_rows,
                                 lofi_runlength_rows)
 from .likelihoods import (AssumedDensityCategorical, Bernoulli, Categorical, Gaussian, MomentMatchedCategorical,
@@ -104,51 +105,20 @@ FACTORED_KERNEL_MAX_PARAMS = 100_000
 #: a count the tests and benchmarks read to see that a stream stays compiled, not a timing
 HANDED_BACK = [0]
 
-#: large arrays :func:`recycled_empty` made, most recently used last (at most :data:`RECYCLED_MAX`)
-_RECYCLED = []
+#: the large arrays of the run-length pools and the beliefs they return (:func:`recycled_empty`): at
+#: most this many, of at most this many bytes together (what an idle process may hold for recycling)
 RECYCLED_MAX = 6
-#: and at most this many bytes of them (what an idle process may hold for recycling)
 RECYCLED_MAX_BYTES = 1 << 28
-#: arrays smaller than this are plain ``np.empty`` (no page faults worth avoiding)
-RECYCLE_MIN_BYTES = 1 << 20
-_RECYCLED_LOCK = threading.Lock()
-#: references to an unused array while :func:`recycled_empty` looks at it: the list and the local
-#: name (:data:`~skfilter._utils.LOCAL_REFS` counts the local as this Python does)
-_UNUSED_REFS = LOCAL_REFS + 1
+RECYCLER = Recycler(RECYCLED_MAX, RECYCLED_MAX_BYTES)
 
 
 def recycled_empty(shape, dtype):
-    """An uninitialised array of ``shape`` and ``dtype``, reusing a large one this function made
-    before that nothing refers to any more, else a new one.
-
-    Fresh memory costs a page fault per page on first touch (on a virtual machine mostly system
-    time, about 1 ms per MB measured for the 2 MB covariances of a run-length pool), which the
-    compiled run-length filter over the full EKF would pay on every call (``(K + 1) P²`` numbers
-    of its pool, ``K P²`` of the beliefs it returns). An array is unused when the only references
-    to it are this cache's: a NumPy view, a tensor of :func:`torch.from_numpy` and a plan keeping
-    it all hold one (CPython's reference count). At most :data:`RECYCLED_MAX` arrays of at most
-    :data:`RECYCLED_MAX_BYTES` together are kept (the least recently used unused ones make room; one
-    that does not fit while the others are in use is not kept)."""
-    dtype = np.dtype(dtype)
-    shape = tuple(int(n) for n in shape)
-    if math.prod(shape) * dtype.itemsize < RECYCLE_MIN_BYTES:
-        return np.empty(shape, dtype=dtype)
-    with _RECYCLED_LOCK:
-        for i in range(len(_RECYCLED)):
-            arr = _RECYCLED[i]
-            if arr.shape == shape and arr.dtype == dtype and sys.getrefcount(arr) == _UNUSED_REFS:
-                _RECYCLED.append(_RECYCLED.pop(i))
-                return arr
-        arr = np.empty(shape, dtype=dtype)
-        # room: the least recently used unused arrays go while the count or the bytes kept would pass
-        # their bounds; an array that does not fit even so is not kept
-        while len(_RECYCLED) >= RECYCLED_MAX or sum(a.nbytes for a in _RECYCLED) + arr.nbytes > RECYCLED_MAX_BYTES:
-            free = [i for i in range(len(_RECYCLED)) if sys.getrefcount(_RECYCLED[i]) == LISTED_REFS]
-            if not free:
-                return arr
-            del _RECYCLED[free[0]]
-        _RECYCLED.append(arr)
-        return arr
+    """An uninitialised array of ``shape`` and ``dtype`` from :data:`RECYCLER`
+    (:class:`~skfilter._array_ops.Recycler`: a large array it made before that nothing refers to
+    any more, else a new one): the compiled run-length filter over the full EKF would otherwise
+    touch fresh memory for its ``(K + 1) P²`` pool and the ``K P²`` covariances it returns at every
+    call (about 1 ms per MB of page faults, measured for the 2 MB covariances)."""
+    return RECYCLER.empty(shape, dtype)
 
 #: adapter → (MLP program, input map): the kernels' view of a default MLP, built once per adapter
 _PROGRAMS = weakref.WeakKeyDictionary()
@@ -1571,6 +1541,27 @@ def step_compiled(parts, state, X, Y, sample_weight, record):
     return None if plan is None else plan.step(state, X, Y, sample_weight, record)
 
 
+def stacked_first_pass(diagonal, low_rank, rows, gram):
+    """The first pass of the large-network LoFi step
+    (:func:`~skfilter.posteriors.lofi.lofi_jacobian_products`'s ``first_pass``) on the compiled sweep
+    :func:`~skfilter.kernels.stacked.stacked_row_products`: ``Π (k, 2k)`` (``gram=False``: its first
+    ``k`` columns), or ``None`` for arrays it does not take (then BLAS forms ``Π``)."""
+    dt = low_rank.dtype
+    if (dt not in _NP_DTYPES.values() or rows.dtype != dt or diagonal.dtype != dt or low_rank.ndim != 2
+            or rows.ndim != 2 or diagonal.ndim != 1 or not (low_rank.flags.c_contiguous and rows.flags.c_contiguous
+                                                            and diagonal.flags.c_contiguous)):
+        return None
+    k = low_rank.shape[0] + rows.shape[0]
+    out = np.empty((k, 2 * k), dtype=dt)
+    stacked_row_products(low_rank, rows, diagonal, out, dt.type(0), dt.type(1))
+    return out if gram else out[:, :k]
+
+
+def _first_pass():
+    """:func:`stacked_first_pass` when the kernels are on, else None (the engine's BLAS pass)."""
+    return stacked_first_pass if enabled() else None
+
+
 def run_filter(parts, state, X, Y, sample_weight=None, batch_size=1, record=None, progress=None, on_step=None):
     """:func:`skfilter.filtering.run_filter` with the compiled kernels offered the rows first.
 
@@ -1593,7 +1584,8 @@ def run_filter(parts, state, X, Y, sample_weight=None, batch_size=1, record=None
         compiled = run_compiled(parts, state, X, Y, sample_weight, batch_size, record, progress)
         if compiled is not None:
             return compiled
-    return filtering.run_filter(parts, state, X, Y, sample_weight, batch_size, record, progress, on_step)
+    return filtering.run_filter(parts, state, X, Y, sample_weight, batch_size, record, progress, on_step,
+                                _first_pass())
 
 
 def filter_step(parts, state, X, Y, sample_weight=None, record=None, workspace=None, buffers=None):
@@ -1604,7 +1596,7 @@ def filter_step(parts, state, X, Y, sample_weight=None, record=None, workspace=N
         compiled = step_compiled(parts, state, X, Y, sample_weight, record)
         if compiled is not None:
             return compiled
-    return filtering.filter_step(parts, state, X, Y, sample_weight, record, workspace, buffers)
+    return filtering.filter_step(parts, state, X, Y, sample_weight, record, workspace, buffers, _first_pass())
 
 
 def linearized_compiled(adapter, structure, belief, X, centred=False):

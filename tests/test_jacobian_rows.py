@@ -13,6 +13,7 @@ from sklearn.datasets import load_diabetes, load_iris
 
 import skfilter._array_ops as array_ops
 import skfilter.posteriors.lofi as lofi
+from skfilter import stepping
 from skfilter import LoFiClassifier, LoFiRegressor, WoLFClassifier, WoLFRegressor
 from skfilter.exceptions import FilterStepError
 from skfilter.kernels import compiled_kernels
@@ -40,8 +41,10 @@ class _Counter:
         monkeypatch.setattr(lofi.JacobianRows, "update", counted)
 
 
-def _learn(make, X, y, weights, threshold, monkeypatch):
+def _learn(make, X, y, weights, threshold, monkeypatch, first_pass=None):
+    """Learn on the torch engine (the kernels off), its first pass on ``first_pass`` (None: BLAS)."""
     monkeypatch.setattr(lofi, "JACOBIAN_ROWS_MIN_PARAMS", threshold)
+    monkeypatch.setattr(stepping, "_first_pass", lambda: first_pass)
     est = make()
     kw = {} if weights is None else {"sample_weight": weights[:40]}
     if hasattr(est, "predict_proba"):
@@ -86,17 +89,56 @@ def _data(name):
     return X_DIAB, Y_DIAB
 
 
+class _CountedFirstPass:
+    """:func:`skfilter.stepping.stacked_first_pass` (the compiled sweep), counting the products it formed."""
+
+    def __init__(self):
+        self.n = 0
+
+    def __call__(self, *args):
+        out = stepping.stacked_first_pass(*args)
+        self.n += out is not None
+        return out
+
+
+@pytest.mark.parametrize("first_pass", ["blas", "compiled"])
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_one_pass_step_equals_the_engine(case, weighted, monkeypatch):
+def test_one_pass_step_equals_the_engine(case, weighted, first_pass, monkeypatch):
     make, data = CASES[case]
     X, y = _data(data)
     w = np.linspace(0.5, 2.0, len(y)) if weighted else None
     reference = _learn(make, X, y, w, 10 ** 12, monkeypatch)
     counter = _Counter(monkeypatch)
-    fused = _learn(make, X, y, w, 0, monkeypatch)
+    compiled = _CountedFirstPass() if first_pass == "compiled" else None
+    fused = _learn(make, X, y, w, 0, monkeypatch, compiled)
     assert counter.n > 0  # the one-pass step served the rows
+    if compiled is not None:
+        assert compiled.n == counter.n  # every first pass on the compiled sweep
     np.testing.assert_allclose(fused, reference, rtol=1e-9, atol=1e-12 * np.abs(reference).max())
+
+
+@settings(max_examples=30, deadline=None)
+@given(L=st.integers(0, 5), m=st.integers(1, 4), P=st.integers(1, 2600), spherical=st.booleans(),
+       single=st.booleans(), seed=st.integers(0, 10 ** 6))
+def test_compiled_first_pass_equals_the_blas_products(L, m, P, spherical, single, seed):
+    """The compiled sweep's ``[Wᵀ; J] [Υ⁻¹[Wᵀ; J]; [Wᵀ; J]]ᵀ`` is the product of the stacked rows,
+    across tile boundaries (``P`` up to 2.5 tiles), per-parameter and spherical ``Υ``, in both dtypes."""
+    g = np.random.default_rng(seed)
+    dt = np.float32 if single else np.float64
+    W, J = g.standard_normal((L, P)).astype(dt), g.standard_normal((m, P)).astype(dt)
+    ups = (g.random(1 if spherical else P) + 0.5).astype(dt)
+    S = np.concatenate([W, J]).astype(np.float64)
+    expected = S @ np.concatenate([S / ups.astype(np.float64), S]).T
+    for gram in (True, False):
+        got = stepping.stacked_first_pass(ups, W, J, gram)
+        assert got.dtype == dt and got.shape == (L + m, 2 * (L + m) if gram else L + m)
+        want = expected if gram else expected[:, :L + m]
+        scale = np.sqrt(np.outer(np.diag(expected[:, L + m:]), np.diag(expected[:, L + m:]))).max() + 1.0
+        np.testing.assert_allclose(got, want, rtol=0, atol=(3e-6 if single else 1e-13) * scale)
+    # arrays it does not take go back to BLAS
+    assert stepping.stacked_first_pass(ups, W.astype(np.float32 if not single else np.float64), J, True) is None
+    assert stepping.stacked_first_pass(ups, np.asfortranarray(np.ones((2, 3), dt)), J[:, :3], True) is None
 
 
 def test_float32_agrees(monkeypatch):
@@ -261,3 +303,46 @@ def test_stream_buffers_kept_within_the_belief_size(monkeypatch):
         many = LoFiRegressor(hidden_layer_sizes=(8,), rank=3, batch_size=40, random_state=0)
         many.fit(X_DIAB[:80], Y_DIAB[:80])
         assert not filtering._stream_buffers(many._structure)["buffers"]  # (40, 1, P): larger than the belief
+
+
+def test_recycled_beliefs_leave_held_arrays_alone_and_change_nothing(monkeypatch):
+    """Large beliefs take their arrays from the structure's recycler when no dead workspace is at hand
+    (the second step of a call): a stream of calls then touches no fresh memory. The arrays come
+    back only once nothing refers to them — a user's tensor or NumPy view of an old belief keeps its
+    values — and the results are those of fresh arrays, bit for bit."""
+    from skfilter import filtering
+
+    monkeypatch.setattr(lofi, "JACOBIAN_ROWS_MIN_PARAMS", 0)
+    monkeypatch.setattr(filtering, "SPARE_MIN_BYTES", 0)
+    monkeypatch.setattr(lofi, "REUSE_MIN_BYTES", 0)
+    sizes = [3, 1, 2, 5, 1, 4, 2]
+
+    def stream(recycle, hold):
+        monkeypatch.setattr(lofi, "RECYCLE_MIN_BELIEF_BYTES", 0 if recycle else 1 << 62)
+        est = LoFiRegressor(hidden_layer_sizes=(8,), rank=3, random_state=0)
+        held, snapshots, start, addresses = [], [], 50, set()
+        with compiled_kernels(False):
+            est.partial_fit(X_DIAB[:50], Y_DIAB[:50])  # the prior's rows: later calls learn their own rows alone
+            for n in sizes:
+                est.partial_fit(X_DIAB[start:start + n], Y_DIAB[start:start + n])
+                start += n
+                belief = est.filter_state_.belief
+                addresses.add(belief.low_rank.data_ptr())
+                if hold:
+                    held.append((belief.mean, belief.low_rank.numpy()))  # a tensor and a view, no belief
+                    snapshots.append((belief.mean.clone(), belief.low_rank.numpy().copy()))
+                del belief
+            pool = lofi.SCRATCH.table(est._structure).get("beliefs")
+        for (mean, view), (mean0, view0) in zip(held, snapshots):
+            assert torch.equal(mean, mean0) and np.array_equal(view, view0)
+        return est.predict(X_DIAB[:20], return_std=True), pool, len(addresses)
+
+    fresh, no_pool, _ = stream(False, False)
+    assert no_pool is None
+    for hold in (True, False):
+        got, pool, n_addresses = stream(True, hold)
+        assert pool is not None and 0 < len(pool.arrays) <= 9
+        if not hold:  # the memory of three beliefs goes round
+            assert n_addresses <= 3
+        np.testing.assert_array_equal(got[0], fresh[0])
+        np.testing.assert_array_equal(got[1], fresh[1])

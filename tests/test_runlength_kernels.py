@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from skfilter import (BOCDClassifier, BOCDRegressor, EKFClassifier, EKFRegressor, HiLoFiClassifier, HiLoFiRegressor,
                       LoFiClassifier, LoFiRegressor, LRKFClassifier, LRKFRegressor, WoLFRegressor, runlength, stepping)
+from skfilter._array_ops import Recycler
 from skfilter.exceptions import FilterStepError
 from skfilter.kernels import AVAILABLE, compiled_kernels
 from skfilter.kernels.runlength import keep_order
@@ -263,9 +264,9 @@ def test_full_ekf_diagonal_prior_shortcut_is_the_general_path(monkeypatch):
 
 
 def test_recycled_arrays_are_reused_only_when_unreferenced(monkeypatch):
-    """:func:`skfilter.stepping.recycled_empty` hands out an array again only once no view, tensor
-    or other name refers to it."""
-    monkeypatch.setattr(stepping, "_RECYCLED", [])
+    """:func:`skfilter.stepping.recycled_empty` (a :class:`skfilter._array_ops.Recycler`) hands out an
+    array again only once no view, tensor or other name refers to it."""
+    monkeypatch.setattr(stepping, "RECYCLER", Recycler(stepping.RECYCLED_MAX, stepping.RECYCLED_MAX_BYTES))
     shape = (3, 257, 257)
     a = stepping.recycled_empty(shape, np.float64)
     b = stepping.recycled_empty(shape, np.float64)
@@ -280,13 +281,14 @@ def test_recycled_arrays_are_reused_only_when_unreferenced(monkeypatch):
     assert id(d) == a_id
     assert stepping.recycled_empty((4, 4), np.float64).shape == (4, 4)  # small: plain np.empty
     # the bytes kept are bounded: unused arrays make room, one that does not fit is not kept
-    monkeypatch.setattr(stepping, "RECYCLED_MAX_BYTES", 3 * c.nbytes)
+    monkeypatch.setattr(stepping, "RECYCLER", Recycler(stepping.RECYCLED_MAX, 3 * c.nbytes))
+    kept_arrays = stepping.RECYCLER.arrays
     del b, c, d
     kept = [stepping.recycled_empty(shape, np.float64) for _ in range(4)]
-    assert len(stepping._RECYCLED) == 3 and not any(k is x for k in kept[3:] for x in stepping._RECYCLED)
+    assert len(kept_arrays) == 3 and not any(k is x for k in kept[3:] for x in kept_arrays)
     del kept
     e = stepping.recycled_empty((6, 257, 257), np.float64)  # twice the size: two unused arrays make room
-    assert sum(x.nbytes for x in stepping._RECYCLED) <= 3 * e.nbytes // 2 and any(x is e for x in stepping._RECYCLED)
+    assert sum(x.nbytes for x in kept_arrays) <= 3 * e.nbytes // 2 and any(x is e for x in kept_arrays)
 
 
 def test_numerical_failure_keeps_the_last_good_mixture():

@@ -239,7 +239,10 @@ def lofi_products_floor(layer_shapes, rank, n_classes, dtype="float64", repeats=
     ``P × k`` product — and the Jacobian's outer products ``δ_l ⊗ a_{l−1}`` and sensitivities
     ``δ_l W_l`` (:func:`~skfilter.models.mlp_forward_jacobian`). Each product is timed alone (the
     best of ``repeats``), operands prepared beforehand; their sum is the floor the ``mnist`` row is
-    compared with (issue 31: the step within 1.3× of it)."""
+    compared with (issue 31: the step within 1.3× of it). (With the kernels on, the step forms the
+    first product without BLAS, on the compiled sweep of :mod:`skfilter.kernels.stacked`: its two
+    symmetric halves in half the multiply-adds, the ``Υ⁻¹`` scaling on the fly — below its share of
+    this floor.)"""
     np_dtype = np.dtype(dtype)
     g = np.random.default_rng(seed)
     P = sum(o * i + o for o, i in layer_shapes)

@@ -8,8 +8,9 @@ and the run-length filter RL[K]-PR over LoFi (:mod:`~skfilter.kernels.runlength`
 default MLP's fused forward pass and Jacobian (:mod:`~skfilter.kernels.mlp`), the
 likelihoods' noise estimate and whitening (:mod:`~skfilter.kernels.observations`) and the
 predictive of ``predict`` (:mod:`~skfilter.kernels.predictive`); the factorization models' DEKF
-has its own (:mod:`~skfilter.kernels.factorization`). The kernels work on NumPy arrays and know
-nothing of the torch engine (:mod:`skfilter.filtering`): :mod:`skfilter.stepping` decides which of
+has its own (:mod:`~skfilter.kernels.factorization`), and the large-network LoFi step (on the
+engine) its first pass over the parameters (:mod:`~skfilter.kernels.stacked`). The kernels work
+on NumPy arrays and know nothing of the torch engine (:mod:`skfilter.filtering`): :mod:`skfilter.stepping` decides which of
 the two runs a step, converts states to and from the kernels' buffers, and hands every step a kernel
 cannot finish (stiff rows that need the square-root forms, numerical failures) to the engine, which
 stays the reference: both agree to rounding (tests/test_kernels.py).

@@ -36,6 +36,7 @@ def warm_up(verbose=True) -> float:
                 est.fit(X, y)
                 est.predict(X[:2], return_std=True)
         _warm_up_factorization()
+        _warm_up_stacked()
     seconds = time.perf_counter() - t0
     if verbose:
         print(f"skfilter kernels compiled and cached in {seconds:.1f} s.")
@@ -67,6 +68,18 @@ def _warm_up_factorization():
         # the multiclass variant (three classes: factorization_events_multi)
         FactorizationClassifier(model="mf", n_factors=2, entity_columns=[0, 1], random_state=0,
                                 dtype=dtype).fit(X, np.arange(8) % 3).predict_proba(X[:2])
+
+
+def _warm_up_stacked():
+    """The large-network LoFi step's first pass (:func:`~skfilter.kernels.stacked.stacked_row_products`)
+    in both dtypes, on small arrays (the estimators take it from ``P = 100,000`` parameters on)."""
+    import numpy as np
+
+    from .stacked import stacked_row_products
+
+    for dt in (np.float64, np.float32):
+        W, J, ups = np.ones((2, 5), dt), np.ones((1, 5), dt), np.ones(5, dt)
+        stacked_row_products(W, J, ups, np.empty((3, 6), dt), dt(0), dt(1))
 
 
 if __name__ == "__main__":  # pragma: no cover - a command

@@ -46,7 +46,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from .._array_ops import NUMPY_OPS, SCRATCH, TORCH_OPS, Disjoint, as_numpy, as_tensor, chunk_width
+from .._array_ops import NUMPY_OPS, SCRATCH, TORCH_OPS, Disjoint, Recycler, as_numpy, as_tensor, chunk_width
 from ..exceptions import FilterStepError
 from ._base import (Structure, UpdateInfo, as_variance_vector, cholesky_or_raise, identity_plus_gram_factor,
                     reusable_array, stiffness_limit)
@@ -58,6 +58,9 @@ SVD_METHODS = ("full", "orth")
 #: a belief smaller than this (bytes) is not written into the workspace: small arrays come from the
 #: allocator's free lists at no cost, less than that of the checks of :meth:`LowRankPrecision._outputs`
 REUSE_MIN_BYTES = 1 << 18
+#: single NumPy beliefs of at least this many bytes take their arrays from a recycler when no dead
+#: workspace is at hand (:meth:`LowRankPrecision._recycled_outputs`)
+RECYCLE_MIN_BELIEF_BYTES = 1 << 24
 
 
 class LowRankBelief(NamedTuple):
@@ -185,6 +188,32 @@ class _StackedRows:
             part = Fc @ (blk if gram else blk[..., :k, :]).swapaxes(-1, -2)
             total = part if total is None else total + part
         return total
+
+
+def _second_pass_by_rows(passes, Vt, coef, mean, diagonal, new_mean, new_low_rank, new_diagonal, mass):
+    """The second pass of :func:`lofi_update` for one NumPy belief whose rows are given by their
+    Jacobian (``passes`` over ``S = [Wᵀ; J]``, ``Vt = Ṽᵀ T``, ``coef = Tᵀ c``): per block of columns
+    one product with ``[Ṽᵀ T; cᵀ T]`` gives the kept rows ``Wᵀ = (ṼᵀT)[:L] S`` — written straight
+    into ``new_low_rank`` — the dropped rows ``D = (ṼᵀT)[L:] S`` and the mean's ``(Tᵀc)ᵀ S``, so that
+    ``μ = μ⁻ + Υ⁻¹ ∘ ((Tᵀc)ᵀ S)`` and ``Υ = Υ⁻ + colsum(D²)`` (eq. 39; ``new_diagonal`` None: spherical
+    LoFi, which drops it) need no second product. ``mass``: a ``(c,)`` temporary."""
+    L, k = passes.L, passes.k
+    m = k - L
+    head = np.ascontiguousarray(Vt[:L])
+    tail = np.concatenate([Vt[L:], coef.T])  # ((m + 1), k): the dropped rows, then the mean's
+    for s, e in passes.spans:
+        Fc, blk = passes.fill(s, e, scale=False)  # S's columns s:e in the block's last k rows
+        n = e - s
+        np.matmul(head, Fc, out=new_low_rank[:, s:e])
+        r = np.matmul(tail, Fc, out=blk[:m + 1])  # (L ≥ 1: clear of the last k rows)
+        if passes.per_param:
+            shift = np.divide(r[m], diagonal[s:e], out=mass[:n])
+        else:
+            shift = np.multiply(r[m], passes.inv_all, out=mass[:n])
+        np.add(mean[s:e], shift, out=new_mean[s:e])
+        if new_diagonal is not None:
+            D = r[:m]
+            np.add(diagonal[s:e], np.einsum("ij,ij->j", D, D, out=mass[:n]), out=new_diagonal[s:e])
 
 
 def lofi_update(ops, mean, diagonal, low_rank, Hw, ew, variant="diagonal", truncate=True, out=None,
@@ -327,7 +356,13 @@ def lofi_update(ops, mean, diagonal, low_rank, Hw, ew, variant="diagonal", trunc
             mass = temp("lofi.mass", batch + (c,), Hw) if m > 1 else None
     if coef is not None and mix is not None:  # W̃ c = [W, rowsᵀ] (Tᵀ c)
         coef = mix.swapaxes(-1, -2) @ coef
-    if coef is not None or truncate:  # second pass: μ = μ⁻ + (Υ⁻¹ W̃) c, Wᵀ = Ṽ[:, :L]ᵀ W̃ᵀ, eq. 39
+    if (factors_t is None and io is NUMPY_OPS and coef is not None and truncate and L > 0
+            and low_rank.ndim == 2):  # rows given by their Jacobian, one NumPy belief
+        if new_low_rank is None:
+            new_low_rank = ops.empty((L, P), like=Hw)
+        _second_pass_by_rows(passes, Vt, coef, mean, diagonal, new_mean, new_low_rank,
+                             new_diagonal if diagonal_variant else None, temp("lofi.mass", (c,), Hw))
+    elif coef is not None or truncate:  # second pass: μ = μ⁻ + (Υ⁻¹ W̃) c, Wᵀ = Ṽ[:, :L]ᵀ W̃ᵀ, eq. 39
         step = temp("lofi.step", batch + (c, 1), Hw) if coef is not None else None
         for s, e in spans:
             full = e - s == c
@@ -372,12 +407,18 @@ def lofi_update(ops, mean, diagonal, low_rank, Hw, ew, variant="diagonal", trunc
 JACOBIAN_ROWS_MIN_PARAMS = 100_000
 
 
-def lofi_jacobian_products(ops, diagonal, low_rank, J, gram=True, scratch=None):
+def lofi_jacobian_products(ops, diagonal, low_rank, J, gram=True, scratch=None, first_pass=None):
     """The first pass of :func:`lofi_update` over the Jacobian rows ``J (m, P)`` instead of the
     whitened ones: ``Π = [Wᵀ; J] [Υ⁻¹[Wᵀ; J]; [Wᵀ; J]]ᵀ`` (``(k, 2k)``, ``k = L + m``; ``gram=False``:
     the first ``k`` columns only), and from it the prior predictive ``J Σ Jᵀ`` (``(m, m)``) by
     Woodbury (B.1, eq. 61) — ``Π_JJ − Π_JW M⁻¹ Π_WJ`` with ``M = I + Π_WW`` — the quantity of
     :func:`lowrank_quadratic_form` from the same products.
+
+    ``first_pass``, if given, is a callable ``first_pass(diagonal, low_rank, J, gram)`` returning
+    ``Π`` (NumPy arrays without leading axes), or ``None`` when it does not serve these arrays: the
+    dispatch (:mod:`skfilter.stepping`) passes the compiled sweep
+    (:func:`skfilter.kernels.stacked.stacked_row_products`); else ``Π`` is a BLAS product over
+    blocks (:class:`_StackedRows`).
 
     Returns ``(Π, JΣJᵀ)``, or ``None`` when ``M`` is stiff (:func:`_is_stiff`: the caller then takes
     the square-root forms of :func:`lowrank_quadratic_form` and :func:`lofi_update`).
@@ -401,7 +442,9 @@ def lofi_jacobian_products(ops, diagonal, low_rank, J, gram=True, scratch=None):
     """
     L = low_rank.shape[-2]
     io = _in_place_ops(ops, diagonal, low_rank, J)
-    products = _StackedRows(ops, io, diagonal, low_rank, J, None if io is _Fresh else scratch).products(gram)
+    products = None if first_pass is None or io is not NUMPY_OPS else first_pass(diagonal, low_rank, J, gram)
+    if products is None:
+        products = _StackedRows(ops, io, diagonal, low_rank, J, None if io is _Fresh else scratch).products(gram)
     k = products.shape[-2]
     inner = products[..., :, :k]
     quad = inner[..., L:, L:]
@@ -762,6 +805,8 @@ class LowRankPrecision(Structure):
             Hw, ew = torch.from_numpy(Hw), torch.from_numpy(ew)
         full_svd = self.svd == "full"
         outs = self._outputs(workspace, belief, Hw, ew, full_svd)
+        if outs is _NO_OUTPUTS and ops is NUMPY_OPS:
+            outs = self._recycled_outputs(belief, full_svd)
         out = None if outs is _NO_OUTPUTS else tuple(None if t is None else as_numpy(ops, t)[0] for t in outs)
         with ops.quiet():
             new_mean, new_ups, new_WT, factor = lofi_update(
@@ -783,6 +828,28 @@ class LowRankPrecision(Structure):
         L = WT.shape[-2]
         info = UpdateInfo(lambda: (_lower(factor)[..., L:, L:], torch.as_tensor(ew)))
         return LowRankBelief(new_mean, new_ups, new_WT, eta_pp, m0, n_steps + 1), info
+
+    def _recycled_outputs(self, belief, full_svd):
+        """Arrays for the new belief of a single NumPy belief of at least
+        :data:`RECYCLE_MIN_BELIEF_BYTES` when no dead workspace is at hand (the second step of a
+        call, whose predecessor is the caller's belief): from this structure's
+        :class:`~skfilter._array_ops.Recycler`, which hands out the arrays of a belief it made
+        once nothing refers to them any more — typically the one the caller held before the last
+        call — so a stream of calls touches no fresh memory (page faults). It keeps the arrays of
+        at most three beliefs (the caller's, the stream's spare, the one being recycled)."""
+        mean = belief.mean
+        L = belief.low_rank.shape[-2]
+        size = mean.numel() * (L + 2) * mean.element_size()
+        if mean.dim() != 1 or size < RECYCLE_MIN_BELIEF_BYTES:
+            return _NO_OUTPUTS
+        table = SCRATCH.table(self)
+        pool = table.get("beliefs")
+        if pool is None:
+            pool = table["beliefs"] = Recycler(max_count=9, max_bytes=3 * size, min_bytes=0)
+        dtype = as_numpy(NUMPY_OPS, mean)[0].dtype
+        new = lambda shape: torch.from_numpy(pool.empty(shape, dtype))  # noqa: E731
+        return (new(mean.shape), new(mean.shape) if full_svd and self.variant == "diagonal" else None,
+                new(belief.low_rank.shape) if full_svd and L > 0 else None)
 
     def _outputs(self, workspace, belief, Hw, ew, full_svd):
         """The arrays of the dead ``workspace`` belief that the update's mean, ``Υ`` and ``Wᵀ`` may
@@ -835,11 +902,12 @@ class LowRankPrecision(Structure):
                 lam[k] = nv
         return U * lam
 
-    def jacobian_rows(self, belief, J):
+    def jacobian_rows(self, belief, J, first_pass=None):
         """:class:`JacobianRows` of the Jacobian ``J (n, C, P)`` at a single belief held as NumPy
         views (:meth:`uses_host_arrays`) of at least :data:`JACOBIAN_ROWS_MIN_PARAMS` parameters
         under the truncating update (``svd='full'``); ``None`` otherwise, or when the low-rank
-        system is stiff (the engine then takes :meth:`quadratic_form` and :meth:`update`)."""
+        system is stiff (the engine then takes :meth:`quadratic_form` and :meth:`update`).
+        ``first_pass``: as :func:`lofi_jacobian_products`'."""
         P = belief.mean.shape[-1]
         if (P < JACOBIAN_ROWS_MIN_PARAMS or self.svd != "full" or belief.mean.dim() != 1 or J.dim() != 3
                 or J.requires_grad or J.device.type != "cpu" or not self.uses_host_arrays(belief)):
@@ -848,7 +916,7 @@ class LowRankPrecision(Structure):
         rows, ups, WT = as_numpy(NUMPY_OPS, J.reshape(n * C, P), belief.diagonal, belief.low_rank)
         with NUMPY_OPS.quiet():
             found = lofi_jacobian_products(NUMPY_OPS, ups, WT, rows, gram=self.variant == "diagonal",
-                                           scratch=self._scratch(NUMPY_OPS))
+                                           scratch=self._scratch(NUMPY_OPS), first_pass=first_pass)
         if found is None or not np.isfinite(found[1]).all():
             return None
         return JacobianRows(self, belief, rows, found[0], found[1], n, C)
