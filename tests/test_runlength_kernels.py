@@ -406,15 +406,15 @@ def test_reversion_classification_on_the_kernel_equals_the_engine(reset, kind, l
     _close(est.predict_proba(X[:5]), ref.predict_proba(X[:5]))
 
 
-@pytest.mark.parametrize("reset", ["ou", "cpp-ou"])
-def test_reversion_weights_float32_and_outputs(reset):
+@pytest.mark.parametrize("base, reset", [("lofi", "ou"), ("lofi", "cpp-ou"), ("vd", "ou"), ("full", "cpp-ou")])
+def test_reversion_weights_float32_and_outputs(base, reset):
     X, y = _stream("regression")
     w = np.linspace(0.3, 2.0, len(y))
-    make = lambda: BOCDRegressor(BASES["lofi"]("reg"), n_hypotheses=1, hazard=0.1, reset=reset)  # noqa: E731
+    make = lambda: BOCDRegressor(BASES[base]("reg"), n_hypotheses=1, hazard=0.1, reset=reset)  # noqa: E731
     est, ref, p, p_ref = _fit_both(make, X, y, sample_weight=w)
     _assert_same_mixture(est, ref)
     Y2 = np.column_stack([y, -0.5 * y + X[:, 2]])
-    make = lambda: BOCDRegressor(BASES["lofi"]("reg", dtype="float32"), n_hypotheses=1, hazard=0.1,  # noqa: E731
+    make = lambda: BOCDRegressor(BASES[base]("reg", dtype="float32"), n_hypotheses=1, hazard=0.1,  # noqa: E731
                                  reset=reset)
     est, ref, p, p_ref = _fit_both(make, X, Y2)
     _assert_same_mixture(est, ref, rtol=2e-4)

@@ -287,6 +287,71 @@ def full_write_read(cov_src, diag_src, cov, Vt, m, g2, q, dynamic, same, H, U, m
         i += 1
 
 
+@njit(cache=True, nogil=True, fastmath=FAST)
+def full_write_quads(cov_src, diag_src, cov, Vt, m, g2, q, dynamic, same, H, C, quads, T, zero, q_diag):
+    """:func:`full_write` and, in the same pass, the quadratic forms ``quads[b] = H_b Σ' H_bᵀ``
+    (``(C, C)``) of the blocks ``H_b = H[b C:(b+1) C]`` from the lower triangle of ``Σ'`` — each row
+    dotted with ``H`` over ``j < i`` only, half the products of :func:`full_write_read`'s ``H Σ'``
+    (the OU kernels' candidates, which need the forms, not ``H Σ'``)::
+
+        [H Σ' Hᵀ]_{c c'} = Σ_i (H_ci Σ'_ii H_c'i + H_ci t_c'(i) + H_c'i t_c(i)),   t_c(i) = Σ_{j<i} Σ'_ij H_cj
+
+    four rows of ``Σ'`` at a time (``T (rows of H, 4)``: their ``t``). ``diag_src``, ``q_diag`` as
+    :func:`full_write_read`."""
+    P = cov.shape[0]
+    mh = H.shape[0]
+    nb = mh // C
+    for b in range(nb):
+        for c in range(C):
+            for c2 in range(C):
+                quads[b, c, c2] = zero
+    i = 0
+    while i < P:
+        width = min(4, P - i)
+        for ii in range(i, i + width):
+            _write_row(cov_src, diag_src, cov, Vt, m, g2, q, dynamic, same, ii, q_diag)
+        if width == 4:
+            a0 = cov[i]
+            a1 = cov[i + 1]
+            a2 = cov[i + 2]
+            a3 = cov[i + 3]
+            for r in range(mh):
+                h = H[r]
+                s0 = zero
+                s1 = zero
+                s2 = zero
+                s3 = zero
+                for j in range(i):
+                    x = h[j]
+                    s0 += a0[j] * x
+                    s1 += a1[j] * x
+                    s2 += a2[j] * x
+                    s3 += a3[j] * x
+                T[r, 0] = s0
+                T[r, 1] = s1 + a1[i] * h[i]
+                T[r, 2] = s2 + a2[i] * h[i] + a2[i + 1] * h[i + 1]
+                T[r, 3] = s3 + a3[i] * h[i] + a3[i + 1] * h[i + 1] + a3[i + 2] * h[i + 2]
+        else:
+            for r in range(mh):
+                h = H[r]
+                for k in range(width):
+                    a = cov[i + k]
+                    s = zero
+                    for j in range(i + k):
+                        s += a[j] * h[j]
+                    T[r, k] = s
+        for k in range(width):
+            ii = i + k
+            d = cov[ii, ii]
+            for b in range(nb):
+                for c in range(C):
+                    hc = H[b * C + c, ii]
+                    for c2 in range(C):
+                        hc2 = H[b * C + c2, ii]
+                        quads[b, c, c2] += hc * (d * hc2 + T[b * C + c2, k]) + hc2 * T[b * C + c, k]
+        i += width
+
+
 @njit(cache=True, nogil=True)
 def full_rows_from(X, Y, w, has_weights, batch, shapes, offsets, codes, mean_src, cov_src, mean, cov, same,
                    likelihood, noise, noise_params, adaptive, max_abs, weight_kind, weight_c, g, q, record, rec_f,

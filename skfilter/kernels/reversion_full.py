@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .full import full_solve, full_step_buffers, full_write, full_write_read
+from .full import full_solve, full_step_buffers, full_write, full_write_quads, full_write_read
 from .linalg import rows_times_symmetric
 from .lofi import DONE, REDO_STEP
 from .mlp import mlp_forward_jacobian
@@ -39,20 +39,33 @@ from .runlength import load_row
 
 
 @njit(cache=True, nogil=True)
-def _shrunk_quad_into(J, U, g2, q, ref_var, keep, out):
-    """``out = J Σ̄ Jᵀ`` with ``J Σ̄ = g2 U + J (q I + keep diag(v₀))``, ``U = J Σ`` (``keep = 0``:
-    ``v₀`` not used)."""
+def _forms_of_rows(H, U, C, out):
+    """``out[b] = H_b U_bᵀ`` for the blocks of ``C`` rows of ``H`` and ``U = H Σ`` (the quadratic
+    forms ``H_b Σ H_bᵀ``)."""
+    for b in range(out.shape[0]):
+        for c in range(C):
+            for c2 in range(C):
+                s = 0.0
+                for j in range(H.shape[1]):
+                    s += H[b * C + c, j] * U[b * C + c2, j]
+                out[b, c, c2] = s
+
+
+@njit(cache=True, nogil=True)
+def _candidate_quad_into(J, raw, g2, q, keep, ref_var, out):
+    """``out = J Σ̄ Jᵀ = g2 J Σ Jᵀ + J (q I + keep diag(v₀)) Jᵀ`` from ``raw = J Σ Jᵀ`` (module docstring;
+    ``g2 = 0``: ``raw`` not read)."""
     C, P = J.shape
     for c in range(C):
         for c2 in range(C):
             s = 0.0
             if keep != 0.0:
                 for j in range(P):
-                    s += J[c, j] * (g2 * U[c2, j] + (q + keep * ref_var[j]) * J[c2, j])
-            else:
+                    s += J[c, j] * (q + keep * ref_var[j]) * J[c2, j]
+            elif q != 0.0:
                 for j in range(P):
-                    s += J[c, j] * (g2 * U[c2, j] + q * J[c2, j])
-            out[c, c2] = s
+                    s += J[c, j] * q * J[c2, j]
+            out[c, c2] = s + (g2 * raw[c, c2] if g2 != 0.0 else 0.0)
 
 
 @njit(cache=True, nogil=True)
@@ -109,6 +122,9 @@ def full_reversion_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_means
     lps = np.empty(n_cand, dtype=np.float64)
     H_all = np.empty((n_read * C, P), dtype=dt)
     U_all = np.empty((n_read * C, P), dtype=dt)
+    raw = np.empty((n_read, C, C), dtype=dt)  # J_υ Σ J_υᵀ of the blocks
+    raw0 = np.zeros((1, C, C), dtype=dt)
+    T = np.empty((n_read * C, 4), dtype=dt)
     mean_u = np.empty(P, dtype=dt)
     start_mean = np.empty(P, dtype=dt)
     q_diag = np.empty(P, dtype=dt)
@@ -120,22 +136,24 @@ def full_reversion_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_means
     for j in range(prior_d.shape[0]):
         prior_d[j] = prior_cov[j, j]
     g2b = g_base * g_base
-    ready = False
+    ready = False  # the blocks' J and forms of this row from the last write's pass
     for row in range(n):
         load_row(X, Y, w, has_weights, row, x1, y1, w1)
         s = slots[0]
         cov = pool_covs[s]
         noise = pool_noises[s, :C]
-        # 1–2. the candidates' U = J Σ (from the last write's pass, or one pass now)
+        # 1–2. the blocks' J Σ Jᵀ: one pass now (keeping U = J Σ), or from the last write's pass
+        have_U = not ready
         if not ready:
             _linearise_blocks(pool_means[s], ref_mean, g_base, n_read, grid, x1[0], shapes, offsets, codes, acts, pre,
                               delta, scratch, predicted, mean_u, cand_f, H_all)
             rows_times_symmetric(cov, H_all, U_all, zero)
+            _forms_of_rows(H_all, U_all, C, raw)
         ready = False
         if max_abs > 0.0 and not outputs_within(cand_f[0], max_abs):
             return row, REDO_STEP
-        _shrunk_quad_into(H_all[:C], U_all[:C], g2b, q_base, ref_var, 0.0, cand_quad[0, 0])
-        if reset == OU:  # the prior's: J₀ Σ₀ into Ut
+        _candidate_quad_into(H_all[:C], raw[0], g2b, q_base, 0.0, ref_var, cand_quad[0, 0])
+        if reset == OU:  # the prior's: J₀ into H, J₀ Σ₀ into Ut
             mlp_forward_jacobian(prior_mean, x1[0], shapes, offsets, codes, acts, pre, delta, scratch, cand_f[1, 0], H)
             if prior_diagonal:
                 for c in range(C):
@@ -143,18 +161,18 @@ def full_reversion_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_means
                         Ut[c, j] = prior_d[j] * H[c, j]
             else:
                 rows_times_symmetric(prior_cov, H, Ut, zero)
-            _shrunk_quad_into(H, Ut, 1.0, 0.0, ref_var, 0.0, cand_quad[1, 0])
+            _forms_of_rows(H, Ut, C, cand_quad[1])
         else:
             for u in range(1, n_cand):
                 v, rho, keep = ou_map_coefficients(grid[u])
                 if u < n_read:
-                    _shrunk_quad_into(H_all[u * C:(u + 1) * C], U_all[u * C:(u + 1) * C], v * v * g2b, v * v * q_base, ref_var, keep,
-                                      cand_quad[u, 0])
-                else:  # υ = 0: the reference itself
+                    _candidate_quad_into(H_all[u * C:(u + 1) * C], raw[u], v * v * g2b, v * v * q_base, keep, ref_var,
+                                         cand_quad[u, 0])
+                else:  # υ = 0: the reference itself, J at μ₀ into H
                     shrunk_mean_into(predicted, ref_mean, v, rho, mean_u)
                     mlp_forward_jacobian(mean_u, x1[0], shapes, offsets, codes, acts, pre, delta, scratch,
                                          cand_f[u, 0], H)
-                    _shrunk_quad_into(H, Ut, 0.0, 0.0, ref_var, keep, cand_quad[u, 0])
+                    _candidate_quad_into(H, raw0[0], 0.0, 0.0, keep, ref_var, cand_quad[u, 0])
         # 3–4. the scores, the choice
         if not score_candidates(likelihood, cand_f, cand_quad, n_cand, noise, y1, w1, has_weights, weight_kind,
                                 weight_c, weighted_evidence, tiny, w2, lps):
@@ -162,47 +180,51 @@ def full_reversion_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_means
         g, hard, step_evidence, change = reversion_choice(reset, lps, log_h, log_s, threshold, grid)
         if record:
             record_reversion_row(row, cand_f[0, 0], cand_quad[0, 0], noise, rec_f, rec_quad, rec_noise, rec_weights)
-        # 5–6. the start and the update up to its write: H, Ut, f the start's linearisation
+        # 5–6. the start and the update up to its write: f, J and J Σ (read: a pass for it) of the start
         state[:] = pool_noises[s]
-        g2s, qs, per_param = g2b, q_base, False
+        g2s, qs, per_param, read = g2b, q_base, False, False
         if hard:  # from the prior: its J₀, J₀ Σ₀ are in H, Ut already
             cov_src = prior_cov
             Fs, Hs, Us = cand_f[1], H, Ut
             g2s, qs = 1.0, 0.0
             start_mean[:] = prior_mean
-        elif g == 1.0:  # the predicted belief: the continuing candidate's
-            cov_src = cov
-            Fs, Hs, Us = cand_f[0], H_all[:C], U_all[:C]
-            start_mean[:] = predicted
         else:
             cov_src = cov
-            v, rho, keep = ou_map_coefficients(g)
-            g2s, qs, per_param = v * v * g2b, v * v * q_base, True
-            for j in range(P):
-                q_diag[j] = keep * ref_var[j]
-            shrunk_mean_into(predicted, ref_mean, v, rho, start_mean)
-            if reset == OU:  # J̄ at μ̄ and J̄ Σ: one more pass
-                mlp_forward_jacobian(start_mean, x1[0], shapes, offsets, codes, acts, pre, delta, scratch, F[0], H)
-                rows_times_symmetric(cov, H, Ut, zero)
-                Fs, Hs, Us = F, H, Ut
+            u = 0  # the block of the start ('ou' shrunk: none)
+            if g != 1.0:
+                v, rho, keep = ou_map_coefficients(g)
+                g2s, qs, per_param = v * v * g2b, v * v * q_base, True
+                for j in range(P):
+                    q_diag[j] = keep * ref_var[j]
+                shrunk_mean_into(predicted, ref_mean, v, rho, start_mean)
+                if reset == OU:
+                    u = -1
+                else:
+                    while grid[u] != g:
+                        u += 1
             else:
-                u = 0
-                while grid[u] != g:
-                    u += 1
-                if u < n_read:
-                    Fs, Hs, Us = cand_f[u], H_all[u * C:(u + 1) * C], U_all[u * C:(u + 1) * C]
-                else:  # υ = 0: U unused (g² = 0), J at μ₀ in H
-                    Fs, Hs, Us = cand_f[u], H, Ut
-                    for c in range(C):
-                        for j in range(P):
-                            Ut[c, j] = 0.0
+                start_mean[:] = predicted
+            if u < 0:  # J̄ at μ̄
+                mlp_forward_jacobian(start_mean, x1[0], shapes, offsets, codes, acts, pre, delta, scratch, F[0], H)
+                Fs, Hs, Us, read = F, H, Ut, True
+            elif u < n_read:
+                Fs, Hs = cand_f[u], H_all[u * C:(u + 1) * C]
+                if have_U:
+                    Us = U_all[u * C:(u + 1) * C]
+                else:
+                    Us, read = Ut, True
+            else:  # υ = 0: Σ̄ = diag(v₀), J at μ₀ in H; U unused (g² = 0)
+                Fs, Hs, Us = cand_f[u], H, Ut
+                for c in range(C):
+                    for j in range(P):
+                        Ut[c, j] = 0.0
         qd = q_diag if per_param else no_diag
-        if not full_solve(x1, y1, w1, has_weights, 0, 1, cov_src, False, Hs, Us, Fs, start_mean, likelihood, state,
+        if not full_solve(x1, y1, w1, has_weights, 0, 1, cov_src, read, Hs, Us, Fs, start_mean, likelihood, state,
                           noise_params, adaptive, max_abs, weight_kind, weight_c, g2s, qs, True, step_f, step_q,
                           step_r, limit, tiny, zero, Sm, Lc, z, Vt, gain, step_quad, robust, ew, scale, pj,
                           noise_before, ew_spare, qd):
             return row, REDO_STEP
-        # 7. the write in place (the kept belief changes only now), with the next row's reads
+        # 7. the write in place (the kept belief changes only now), with the next row's forms
         pool_means[s, :] = gain
         pool_noises[s, :] = state
         pool_scales[s, :] = scale
@@ -211,13 +233,11 @@ def full_reversion_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_means
         if row + 1 < n:
             _linearise_blocks(pool_means[s], ref_mean, g_base, n_read, grid, X[row + 1], shapes, offsets, codes, acts,
                               pre, delta, scratch, predicted, mean_u, cand_f, H_all)
-            full_write_read(cov_src, diag_src, cov, Vt, C, g2s, qs, dynamic, not hard, H_all, U_all,
-                            n_read * C, zero, qd)
+            full_write_quads(cov_src, diag_src, cov, Vt, C, g2s, qs, dynamic, not hard, H_all, C, raw, T, zero, qd)
             ready = True
+        elif hard and prior_diagonal:
+            full_write_read(cov_src, diag_src, cov, Vt, C, g2s, qs, False, False, H_all, U_all, 0, zero, qd)
         else:
-            if hard and prior_diagonal:
-                full_write_read(cov_src, diag_src, cov, Vt, C, g2s, qs, False, False, H_all, U_all, 0, zero, qd)
-            else:
-                full_write(cov_src, cov, Vt, C, g2s, qs, dynamic, not hard, qd)
+            full_write(cov_src, cov, Vt, C, g2s, qs, dynamic, not hard, qd)
         finish_reversion_row(slots, s, log_weights, run_lengths, hard, evidence, step_evidence, change)
     return n, DONE
