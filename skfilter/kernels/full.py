@@ -315,22 +315,46 @@ def full_write_quads(cov_src, diag_src, cov, Vt, m, g2, q, dynamic, same, H, C, 
             a1 = cov[i + 1]
             a2 = cov[i + 2]
             a3 = cov[i + 3]
-            for r in range(mh):
+            r = 0
+            while r < mh:  # two rows of H at a time when there are: eight sums per loaded pair
                 h = H[r]
                 s0 = zero
                 s1 = zero
                 s2 = zero
                 s3 = zero
-                for j in range(i):
-                    x = h[j]
-                    s0 += a0[j] * x
-                    s1 += a1[j] * x
-                    s2 += a2[j] * x
-                    s3 += a3[j] * x
+                if r + 1 < mh:
+                    e = H[r + 1]
+                    t0 = zero
+                    t1 = zero
+                    t2 = zero
+                    t3 = zero
+                    for j in range(i):
+                        x = h[j]
+                        y = e[j]
+                        s0 += a0[j] * x
+                        s1 += a1[j] * x
+                        s2 += a2[j] * x
+                        s3 += a3[j] * x
+                        t0 += a0[j] * y
+                        t1 += a1[j] * y
+                        t2 += a2[j] * y
+                        t3 += a3[j] * y
+                    T[r + 1, 0] = t0
+                    T[r + 1, 1] = t1 + a1[i] * e[i]
+                    T[r + 1, 2] = t2 + a2[i] * e[i] + a2[i + 1] * e[i + 1]
+                    T[r + 1, 3] = t3 + a3[i] * e[i] + a3[i + 1] * e[i + 1] + a3[i + 2] * e[i + 2]
+                else:
+                    for j in range(i):
+                        x = h[j]
+                        s0 += a0[j] * x
+                        s1 += a1[j] * x
+                        s2 += a2[j] * x
+                        s3 += a3[j] * x
                 T[r, 0] = s0
                 T[r, 1] = s1 + a1[i] * h[i]
                 T[r, 2] = s2 + a2[i] * h[i] + a2[i + 1] * h[i + 1]
                 T[r, 3] = s3 + a3[i] * h[i] + a3[i + 1] * h[i + 1] + a3[i + 2] * h[i + 2]
+                r += 2
         else:
             for r in range(mh):
                 h = H[r]

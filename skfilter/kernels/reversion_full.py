@@ -2,25 +2,26 @@
 :mod:`skfilter.kernels.reversion` (thesis Alg. 10, eq. 3.58; eqs. 3.14, 3.43–3.45) with the full
 structure's pieces (:mod:`skfilter.kernels.full`'s stages):
 
-* the predicted belief ``μ⁻ = g_b μ``, ``Σ⁻ = g_b² Σ + q_b I``, never formed: every candidate's
-  ``J Σ̄ Jᵀ`` and the update's ``J Σ̄`` come from the raw ``U = J Σ`` of the belief, since the OU
-  map of the predicted belief with carry-over ``g`` is ``Σ̄ = g² g_b² Σ + g² q_b I + (1 − g²) diag(v₀)``:
-  ``J Σ̄ = g² g_b² U + J (g² q_b I + (1 − g²) diag(v₀))``
+* the predicted belief ``μ⁻ = g_b μ``, ``Σ⁻ = g_b² Σ + q_b I``, never formed: the OU map of the
+  predicted belief with carry-over ``g`` is ``Σ̄ = g² g_b² Σ + g² q_b I + (1 − g²) diag(v₀)``, so a
+  candidate's form is ``J Σ̄ Jᵀ = g² g_b² J Σ Jᵀ + J (g² q_b I + (1 − g²) diag(v₀)) Jᵀ`` from the raw
+  ``J Σ Jᵀ`` of the belief, and the update's ``J Σ̄`` likewise from ``J Σ``
   (:func:`~skfilter.kernels.full.predicted_rows`);
-* ``'ou'``: ``U`` at ``μ⁻`` (the continuing candidate), the prior's ``J₀ Σ₀`` (from its diagonal
-  when it is diagonal); after the choice, when the belief is shrunk, ``J̄ Σ`` at ``μ̄`` (one pass);
-  ``'cpp-ou'``: ``U_υ = J_υ Σ`` for every ``υ > 0`` of the grid, ``J_υ`` at ``μ̄_υ``, in one pass over
-  ``Σ`` (``υ = 0``: ``J diag(v₀) Jᵀ``, no pass); the update then takes the chosen ``U_υ``;
+* the candidates' raw forms: ``'ou'`` the continuing candidate's ``J Σ Jᵀ`` at ``μ⁻`` and the
+  prior's ``J₀ Σ₀ J₀ᵀ`` (from its diagonal when it is diagonal); ``'cpp-ou'`` ``J_υ Σ J_υᵀ`` for every
+  ``υ > 0`` of the grid, ``J_υ`` at ``μ̄_υ`` (``υ = 0``: ``J diag(v₀) Jᵀ``, no ``Σ``);
 * the update from the start without dynamics, robust weighting included
-  (:func:`~skfilter.kernels.full.full_solve`, every check before anything is written), then the
-  write ``Σ' = g² g_b² Σ + g² q_b I + (1 − g²) diag(v₀) − V Vᵀ`` **in place** in the hypothesis'
-  slot (a hard reset: ``Σ₀ − V Vᵀ`` from the prior) — fused with the next row's reads
-  (:func:`~skfilter.kernels.full.full_write_read` with the next row's Jacobians, computable once the
-  new mean is known: ``μ⁻`` and, for CPP-OU, every ``μ̄_υ``).
+  (:func:`~skfilter.kernels.full.full_solve`, every check before anything is written; the start's
+  ``J Σ`` one pass over ``Σ``, or the first row's), then the write
+  ``Σ' = g² g_b² Σ + g² q_b I + (1 − g²) diag(v₀) − V Vᵀ`` **in place** in the hypothesis' slot (a
+  hard reset: ``Σ₀ − V Vᵀ`` from the prior, no read of ``Σ``) — fused with the next row's raw forms
+  (:func:`~skfilter.kernels.full.full_write_quads`: the Jacobians of the next row are known once the
+  new mean is, ``μ⁻`` and every ``μ̄_υ``; the forms from the lower triangle of ``Σ'``, half the
+  products of ``J Σ'``).
 
-So a row costs one pass over ``Σ`` for CPP-OU (its ``P²`` products with the grid's ``C`` rows each),
-and two for RL[1]-OUPR* when it shrinks (``ν`` is known only after the first), one when it continues
-unshrunk or resets; the first row of a call one more.
+So a row costs two passes over ``Σ`` — the write with the forms (``C`` rows per candidate, half
+products), and the start's ``J Σ`` — and one at a hard reset; the first row of a call reads ``J Σ``
+of every candidate in one pass instead of taking the forms from a write.
 """
 
 from __future__ import annotations
