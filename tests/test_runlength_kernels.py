@@ -521,7 +521,7 @@ def test_reversion_over_the_ekfs_on_the_kernel_equals_the_engine(base, reset, th
 def test_reversion_over_wolf_on_the_kernel_equals_the_engine(base, weighting, reset, threshold, evidence):
     """The base's robust weights inside the step and, with ``evidence='weighted'``, the scores under
     ``R / W²`` (each candidate's own weight), as on the engine."""
-    X, y = _stream("regression")
+    X, y = _stream("regression", n=50 if reset == "cpp-ou" else 70)  # (CPP-OU's engine: 12 candidates a row)
     y[[12, 47]] += np.array([25.0, -40.0])  # outliers
     est, ref, p, p_ref = _fit_both(_reversion(base, reset=reset, threshold=threshold, wrap=weighting,
                                               evidence=evidence), X, y)
@@ -533,7 +533,7 @@ def test_reversion_over_wolf_on_the_kernel_equals_the_engine(base, weighting, re
                                          ("full", "cpp-ou")])
 def test_reversion_with_base_dynamics_on_the_kernel_equals_the_engine(base, reset):
     """The base's decay and process noise move the hypothesis before its predictive and the OU map."""
-    X, y = _stream("regression")
+    X, y = _stream("regression", n=50 if reset == "cpp-ou" else 70)
     make = _reversion(base, reset=reset, threshold=0.95, **REGRESSION["decay and process noise"])
     est, ref, p, p_ref = _fit_both(make, X, y)
     _assert_same_mixture(est, ref)
