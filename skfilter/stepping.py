@@ -65,9 +65,11 @@ from .kernels.observations import LIKELIHOOD_CODES, WEIGHTING_CODES
 from .kernels.predictive import (DIAGONAL, FULL, LOFI, forward_rows, predict_factored_rows, predict_hypotheses,
                                  predict_rows, probit_factored_rows, probit_rows)
 from .kernels.reversion import CPP_OU, OU, lofi_reversion_rows
-from .kernels.stacked import stacked_row_products
+from .kernels.reversion_diagonal import diagonal_reversion_rows
+from .kernels.reversion_full import full_reversion_rows
 from .kernels.runlength import (diagonal_runlength_rows, factored_runlength_rows, full_runlength_rows,
                                 lofi_runlength_rows)
+from .kernels.stacked import stacked_row_products
 from .likelihoods import (AssumedDensityCategorical, Bernoulli, Categorical, Gaussian, MomentMatchedCategorical,
                           robust_variance_consistency)
 from .models import MLPAdapter
@@ -1246,6 +1248,11 @@ class RunLengthPlan:
         self._prior_diagonal = False
 
     # -- per structure: the pool of belief slots, the kernel, the kept beliefs --------------------
+    def slot_count(self, K_max):
+        """The pool's slots: the ``K`` kept and the ``K + 1`` candidates of a row; over the full EKF a
+        kept hypothesis is updated in its own slot and only the changepoint candidate needs another."""
+        return K_max + 1 if isinstance(self.base, FullPlan) else 2 * K_max + 1
+
     def _pool(self, b, K, S, np_dtype):
         """The structure's slot arrays with the ``K`` hypotheses of the stacked belief ``b`` in the
         first slots, and the prior's arrays."""
@@ -1335,9 +1342,7 @@ class RunLengthPlan:
         K = b.mean.shape[0]
         C = Y.shape[1]
         K_max = max(self.n_keep, K)
-        # the K kept and the K + 1 candidates of a row; over the full EKF a kept hypothesis is updated
-        # in its own slot and only the changepoint candidate needs another
-        S = K_max + 1 if isinstance(plan, FullPlan) else 2 * K_max + 1
+        S = self.slot_count(K_max)
         Xn, Yn, w, has_w = plan._inputs(X, Y, sample_weight, np_dtype)
         params, adaptive = plan._noise_params(C, np_dtype)
         _, limit, tiny = _constants(np_dtype)
@@ -1393,27 +1398,39 @@ class RunLengthPlan:
 
 class ReversionPlan(RunLengthPlan):
     """RL[1]-OUPR* and CPP-OU (BOCD with ``reset='ou'`` / ``'cpp-ou'``: one hypothesis shrunk
-    towards the reference) over LoFi, on :func:`~skfilter.kernels.reversion.lofi_reversion_rows`,
-    in :class:`RunLengthPlan`'s pool (``K = 1``; the prior-predictive precision held with the
-    prior's length — per parameter when the reference variance is, as the shrink then makes it).
-    Built by :func:`runlength_plan_for`."""
+    towards the reference) over LoFi, the VD/FD-EKF or the full-covariance EKF, on the kernels of
+    :mod:`skfilter.kernels.reversion` (:func:`~skfilter.kernels.reversion.lofi_reversion_rows`,
+    :func:`~skfilter.kernels.reversion_diagonal.diagonal_reversion_rows`,
+    :func:`~skfilter.kernels.reversion_full.full_reversion_rows`), in :class:`RunLengthPlan`'s pool
+    (``K = 1``; over LoFi the prior-predictive precision held with the prior's length — per parameter
+    when the reference variance is, as the shrink then makes it). The base's dynamics and robust
+    weighting (``weighted_evidence``: the scores under it) as the engine's. Built by
+    :func:`runlength_plan_for`."""
 
-    def __init__(self, base_plan, prior_belief, reference, hazard, reset, threshold, grid):
-        super().__init__(base_plan, prior_belief, hazard, 1, False)
+    def __init__(self, base_plan, prior_belief, reference, hazard, reset, threshold, grid, weighted_evidence=False):
+        super().__init__(base_plan, prior_belief, hazard, 1, weighted_evidence)
         self.reset, self.threshold = reset, float(threshold)
         self.reference = reference
         P = prior_belief.mean.shape[-1]
         np_dtype = _NP_DTYPES[prior_belief.mean.dtype]
         var = torch.as_tensor(reference.variance, dtype=prior_belief.mean.dtype)
-        # the prior-predictive precision: per parameter under a per-parameter reference variance (the
-        # engine's shrink broadcasts it so, even when the prior keeps one value), else as the prior's
-        self.eta_shape = (P,) if var.dim() > 0 else tuple(prior_belief.prior_precision.shape)
+        # LoFi's prior-predictive precision: per parameter under a per-parameter reference variance
+        # (the engine's shrink broadcasts it so, even when the prior keeps one value), else as the prior's
+        if isinstance(base_plan, LoFiPlan):
+            self.eta_shape = (P,) if var.dim() > 0 else tuple(prior_belief.prior_precision.shape)
         var = var.reshape(-1)
         self.ref = (np.ascontiguousarray(_numpy(reference.mean), dtype=np_dtype),
                     np.ascontiguousarray(_numpy(var.expand(P) if var.numel() == 1 else var), dtype=np_dtype))
         self.grid = np.asarray(grid, dtype=np.float64)
 
+    #: pool slots: LoFi's hypothesis, its predicted belief, the start of a shrink and the step; the
+    #: diagonal's hypothesis and the step; the full EKF's hypothesis, updated in place
+    def slot_count(self, K_max):
+        return 4 if isinstance(self.base, LoFiPlan) else 2
+
     def _pool(self, b, K, S, np_dtype):
+        if not isinstance(self.base, LoFiPlan):
+            return super()._pool(b, K, S, np_dtype)
         P = b.mean.shape[-1]
         E = math.prod(self.eta_shape)
         eta = _numpy(b.prior_precision).reshape(K, -1)
@@ -1428,6 +1445,8 @@ class ReversionPlan(RunLengthPlan):
         return pool, tuple(np.ascontiguousarray(_numpy(x), dtype=np_dtype) for x in prior)
 
     def _belief(self, pool, idx, b, rows):
+        if not isinstance(self.base, LoFiPlan):
+            return super()._belief(pool, idx, b, rows)
         t = torch.from_numpy
         means, diags, factors, etas, m0s = pool
         before, after = self._run_lengths
@@ -1441,11 +1460,22 @@ class ReversionPlan(RunLengthPlan):
         shapes, offsets, codes = plan.program
         slots, log_weights, runs, counts = keep
         before = int(runs[0])
-        result = lofi_reversion_rows(Xn, Yn, w, has_w, shapes, offsets, codes, *plan.map_args(Xn.dtype), *pool, noises,
-                                   scales, *prior, *self.ref, slots, log_weights, runs, counts, self.log_h, self.log_s,
-                                   OU if self.reset == "ou" else CPP_OU, self.threshold, self.grid, plan.code,
-                                   common["params"], common["adaptive"], plan.max_abs, common["limit"], common["tiny"],
-                                   common["recording"], *rec, evidence)
+        reset = (OU if self.reset == "ou" else CPP_OU, self.threshold, self.grid)
+        tail = (plan.code, common["params"], common["adaptive"], plan.max_abs, plan.g, plan.q, common["limit"],
+                common["tiny"], common["recording"], *rec, evidence, plan.weight_kind, plan.weight_c,
+                self.weighted_evidence)
+        bookkeeping = (slots, log_weights, runs, counts, self.log_h, self.log_s, *reset)
+        if isinstance(plan, LoFiPlan):
+            result = lofi_reversion_rows(Xn, Yn, w, has_w, shapes, offsets, codes, *plan.map_args(Xn.dtype), *pool,
+                                         noises, scales, *prior, *self.ref, *bookkeeping, *tail)
+        elif isinstance(plan, DiagonalPlan):
+            structure = plan.structure
+            result = diagonal_reversion_rows(Xn, Yn, w, has_w, shapes, offsets, codes, *pool, noises, scales, *prior,
+                                             structure.projection == "fd", structure.vd_mean == "exact", *self.ref,
+                                             *bookkeeping, *tail)
+        else:
+            result = full_reversion_rows(Xn, Yn, w, has_w, shapes, offsets, codes, *pool, noises, scales, *prior,
+                                         self._prior_diagonal, *self.ref, *bookkeeping, *tail)
         self._run_lengths = (before, int(runs[0]))
         return result
 
@@ -1461,7 +1491,7 @@ def runlength_plan_for(parts, mixture, prior_belief, batch_size, *, hazard, n_hy
     ``'cpp-ou'`` (the ``υ`` of ``grid``): :class:`ReversionPlan`, when it serves them."""
     if reset in ("ou", "cpp-ou"):
         return _reversion_plan_for(parts, mixture, prior_belief, batch_size, hazard, n_hypotheses, reset, threshold,
-                                   grid)
+                                   weighted_evidence, grid)
     if not enabled() or reset != "prior" or n_hypotheses is None or batch_size != 1:
         return None
     if mixture.log_weights is None:
@@ -1485,18 +1515,23 @@ def runlength_plan_for(parts, mixture, prior_belief, batch_size, *, hazard, n_hy
     return known
 
 
-def _reversion_plan_for(parts, mixture, prior_belief, batch_size, hazard, n_hypotheses, reset, threshold, grid):
-    """The :class:`ReversionPlan` of ``reset='ou'``/``'cpp-ou'`` when the kernel serves it: one row
-    per step, one hypothesis, a LoFi (diagonal) base with static dynamics and no robust weighting,
-    a likelihood whose log predictive the kernel has (not the moment-matched one), a CPU mixture in
-    the prior's dtype; else None. (``weighted_evidence`` weighs by a robust weighting, which a base
-    served here has not.)"""
+def _reversion_plan_for(parts, mixture, prior_belief, batch_size, hazard, n_hypotheses, reset, threshold,
+                        weighted_evidence, grid):
+    """The :class:`ReversionPlan` of ``reset='ou'``/``'cpp-ou'`` when the kernels serve it: one row
+    per step, one hypothesis, a base filter whose single-belief step :func:`plan_for` gives to the
+    LoFi (diagonal), the VD/FD-EKF or the full-covariance kernel — its dynamics (decay, one
+    process-noise value) and a built-in robust weighting (BOCD over WoLF, ``weighted_evidence``
+    either way) included —, a likelihood whose log predictive the kernels have (not the
+    moment-matched one), a CPU mixture in the prior's dtype, a ``grid`` decreasing from 1 to 0 or
+    more (:data:`~skfilter.runlength.CPP_GRID`); else None (the factored structures: the engine)."""
     if not enabled() or batch_size != 1 or n_hypotheses != 1 or mixture.log_weights is None:
         return None
     plan = plan_for(parts, FilterState(prior_belief, None, 0), None)
-    if type(plan) is not LoFiPlan or type(plan.likelihood) is MomentMatchedCategorical:
+    if type(plan) not in (LoFiPlan, DiagonalPlan, FullPlan) or type(plan.likelihood) is MomentMatchedCategorical:
         return None
-    if plan.g != 1.0 or plan.q != 0.0 or plan.weight_kind != 0 or parts.reference is None:
+    if parts.reference is None:
+        return None
+    if reset == "cpp-ou" and not (grid[0] == 1.0 and all(a > b for a, b in zip(grid, grid[1:])) and grid[-1] >= 0.0):
         return None
     mean = mixture.belief.mean
     if mean.dim() != 2 or mean.shape[0] != 1 or not mean.is_cpu or mean.dtype != prior_belief.mean.dtype:
@@ -1504,10 +1539,11 @@ def _reversion_plan_for(parts, mixture, prior_belief, batch_size, hazard, n_hypo
     known = _RUNLENGTH_PLANS.get(parts.adapter)  # (as runlength_plan_for: no reference from the base plan)
     if isinstance(known, ReversionPlan) and known.base is plan and known.prior_belief is prior_belief \
             and known.hazard == hazard and known.reset == reset and known.threshold == float(threshold) \
-            and known.reference is parts.reference and tuple(known.grid) == tuple(grid):
+            and known.reference is parts.reference and tuple(known.grid) == tuple(grid) \
+            and known.weighted_evidence == bool(weighted_evidence):
         return known
     _RUNLENGTH_PLANS[parts.adapter] = known = ReversionPlan(plan, prior_belief, parts.reference, hazard, reset,
-                                                            threshold, grid)
+                                                            threshold, grid, weighted_evidence)
     return known
 
 

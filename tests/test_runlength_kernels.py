@@ -408,15 +408,15 @@ def test_reversion_classification_on_the_kernel_equals_the_engine(reset, kind, l
     _close(est.predict_proba(X[:5]), ref.predict_proba(X[:5]))
 
 
-@pytest.mark.parametrize("reset", ["ou", "cpp-ou"])
-def test_reversion_weights_float32_and_outputs(reset):
+@pytest.mark.parametrize("base, reset", [("lofi", "ou"), ("lofi", "cpp-ou"), ("vd", "ou"), ("full", "cpp-ou")])
+def test_reversion_weights_float32_and_outputs(base, reset):
     X, y = _stream("regression")
     w = np.linspace(0.3, 2.0, len(y))
-    make = lambda: BOCDRegressor(BASES["lofi"]("reg"), n_hypotheses=1, hazard=0.1, reset=reset)  # noqa: E731
+    make = lambda: BOCDRegressor(BASES[base]("reg"), n_hypotheses=1, hazard=0.1, reset=reset)  # noqa: E731
     est, ref, p, p_ref = _fit_both(make, X, y, sample_weight=w)
     _assert_same_mixture(est, ref)
     Y2 = np.column_stack([y, -0.5 * y + X[:, 2]])
-    make = lambda: BOCDRegressor(BASES["lofi"]("reg", dtype="float32"), n_hypotheses=1, hazard=0.1,  # noqa: E731
+    make = lambda: BOCDRegressor(BASES[base]("reg", dtype="float32"), n_hypotheses=1, hazard=0.1,  # noqa: E731
                                  reset=reset)
     est, ref, p, p_ref = _fit_both(make, X, Y2)
     _assert_same_mixture(est, ref, rtol=2e-4)
@@ -480,3 +480,125 @@ def test_reversion_with_a_constant_per_parameter_reference_variance():
     a, b = results
     assert a.runlength_state_.filter.belief.prior_precision.shape == (1, a.estimator_.n_params_)
     _assert_same_mixture(a, b)
+
+
+# ---------------------------------------------------------------------------------------------
+# RL[1]-OUPR* and CPP-OU over the VD/FD-EKF and the full EKF (kernels.reversion_diagonal,
+# kernels.reversion_full); robust weighting and base dynamics over every compiled base
+# ---------------------------------------------------------------------------------------------
+def _reversion(base, cls="reg", reset="ou", threshold=0.5, wrap=None, evidence="weighted", **kw):
+    """A maker of ``BOCD*(base, n_hypotheses=1, reset=…)`` (``wrap``: a WoLF weighting of the base)."""
+    bocd = BOCDRegressor if cls == "reg" else BOCDClassifier
+
+    def make():
+        inner = BASES[base](cls, **kw)
+        if wrap is not None:
+            inner = WoLFRegressor(inner, weighting=wrap)
+        return bocd(inner, n_hypotheses=1, hazard=0.1, reset=reset, threshold=threshold, evidence=evidence)
+
+    return make
+
+
+@pytest.mark.parametrize("kind", ["regression", "binary"])
+@pytest.mark.parametrize("reset, threshold", REVERSION)
+@pytest.mark.parametrize("base", ["vd", "fd", "full"])
+def test_reversion_over_the_ekfs_on_the_kernel_equals_the_engine(base, reset, threshold, kind):
+    """Every row on the kernel (the engine's step fails), the states, evidence and predictions the
+    engine's; ``'ou'`` with ε = 0.95 resets within the stream."""
+    X, y = _stream(kind)
+    if kind == "regression":
+        est, ref, p, p_ref = _fit_both(_reversion(base, reset=reset, threshold=threshold), X, y)
+    else:
+        make = _reversion(base, "clf", reset, threshold, likelihood="adf")
+        est, ref, p, p_ref = _fit_both(make, X, y, classes=np.unique(y))
+    _assert_same_mixture(est, ref)
+    _close(np.nan_to_num(p), np.nan_to_num(p_ref))
+    if (reset, threshold) == ("ou", 0.95):
+        assert int(est.runlength_state_.run_lengths[0]) < len(y) - 1
+
+
+@pytest.mark.parametrize("evidence", ["weighted", "plain"])
+@pytest.mark.parametrize("reset, threshold", [("ou", 0.95), ("cpp-ou", 0.5)])
+@pytest.mark.parametrize("base, weighting", [("lofi", "imq"), ("full", "predictive-md")])
+def test_reversion_over_wolf_on_the_kernel_equals_the_engine(base, weighting, reset, threshold, evidence):
+    """The base's robust weights inside the step and, with ``evidence='weighted'``, the scores under
+    ``R / W²`` (each candidate's own weight), as on the engine."""
+    X, y = _stream("regression", n=50 if reset == "cpp-ou" else 70)  # (CPP-OU's engine: 12 candidates a row)
+    y[[12, 47]] += np.array([25.0, -40.0])  # outliers
+    est, ref, p, p_ref = _fit_both(_reversion(base, reset=reset, threshold=threshold, wrap=weighting,
+                                              evidence=evidence), X, y)
+    _assert_same_mixture(est, ref)
+    _close(np.nan_to_num(p), np.nan_to_num(p_ref))
+
+
+@pytest.mark.parametrize("base, reset", [("lofi", "ou"), ("lofi", "cpp-ou"), ("vd", "ou"), ("full", "ou"),
+                                         ("full", "cpp-ou")])
+def test_reversion_with_base_dynamics_on_the_kernel_equals_the_engine(base, reset):
+    """The base's decay and process noise move the hypothesis before its predictive and the OU map."""
+    X, y = _stream("regression", n=50 if reset == "cpp-ou" else 70)
+    make = _reversion(base, reset=reset, threshold=0.95, **REGRESSION["decay and process noise"])
+    est, ref, p, p_ref = _fit_both(make, X, y)
+    _assert_same_mixture(est, ref)
+    _close(np.nan_to_num(p), np.nan_to_num(p_ref))
+
+
+@pytest.mark.parametrize("base, reset", [("vd", "cpp-ou"), ("full", "ou"), ("full", "cpp-ou")])
+def test_reversion_over_the_ekfs_one_row_per_call_and_pickling(base, reset):
+    import pickle
+
+    X, y = _stream("regression")
+    make = _reversion(base, reset=reset, threshold=0.95)
+    whole = make().fit(X, y)
+    rows = make()
+    for i in range(len(y)):
+        rows.partial_fit(X[i:i + 1], y[i:i + 1])
+        if i == 30:
+            rows = pickle.loads(pickle.dumps(rows))
+    _assert_same_mixture(rows, whole, rtol=1e-9)
+
+
+@pytest.mark.parametrize("base", ["vd", "full"])
+def test_reversion_over_the_ekfs_stiff_row_and_failure_keep_the_state(base):
+    """A stiff row is handed back (the engine learns it or raises as it does alone); a row the engine
+    fails after the kernel handed it back keeps the kernel's rows before it."""
+    X, y = _stream("regression", n=50)
+    X[25] = 1e7
+    make = _reversion(base, reset="ou", threshold=0.5, obs_variance=0.01, prior_variance=1.0)
+    outcomes = []
+    for on in (False, True):
+        est = make()
+        before = stepping.handed_back()
+        with compiled_kernels(on):
+            try:
+                est.fit(X, y)
+                outcomes.append((est, None))
+            except FilterStepError as exc:
+                outcomes.append((est, str(exc)))
+        if on:
+            assert stepping.handed_back() > before
+    (ref, msg_ref), (est, msg) = outcomes
+    assert msg == msg_ref
+    _assert_same_mixture(est, ref, rtol=1e-8)
+    est = make().fit(X[:20], y[:20])
+    n0 = est.runlength_state_.filter.n_seen
+    with mock.patch.object(runlength, "runlength_step", side_effect=FilterStepError("injected")):
+        with pytest.raises(FilterStepError, match="injected"):
+            est.partial_fit(X[20:30], y[20:30])  # row 25 is stiff
+    assert est.runlength_state_.filter.n_seen == n0 + 5
+
+
+def test_reversion_full_ekf_diagonal_prior_shortcut_is_the_general_path(monkeypatch):
+    """A hard reset's ``J Σ₀`` and write from a diagonal prior's diagonal give the numbers of the
+    path that reads ``Σ₀``."""
+    X, y = _stream("regression")
+    make = _reversion("full", reset="ou", threshold=0.95)
+    short = make().fit(X, y)
+    original = stepping.RunLengthPlan._pool
+
+    def general(self, *args):
+        out = original(self, *args)
+        self._prior_diagonal = False
+        return out
+
+    monkeypatch.setattr(stepping.RunLengthPlan, "_pool", general)
+    _assert_same_mixture(make().fit(X, y), short, rtol=1e-12)

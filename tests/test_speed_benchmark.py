@@ -144,9 +144,10 @@ def test_runlength_section():
             r = by[f"BOCD K={K} over {base}"]
             assert r["ref"] == f"{base} step" and r["target_ratio"] == pytest.approx(1.3 * (K + 1))
             assert r["ratio"] == pytest.approx(r["times"][0] / by[r["ref"]]["times"][0])
-    for reset in speed.RUNLENGTH_RESETS:  # one hypothesis shrunk towards the prior: K = 1
-        r = by[f"BOCD {reset} over {speed.RUNLENGTH_RESET_BASE}"]
-        assert r["ref"] == f"{speed.RUNLENGTH_RESET_BASE} step" and r["target_ratio"] == pytest.approx(2.6)
+    for base in speed.RUNLENGTH_RESET_BASES:  # one hypothesis shrunk towards the prior: K = 1
+        for reset in speed.RUNLENGTH_RESETS:
+            r = by[f"BOCD {reset} over {base}"]
+            assert r["ref"] == f"{base} step" and r["target_ratio"] == pytest.approx(2.6)
     assert speed.section_workloads()["runlength"] == list(speed.RUNLENGTH_ROWS_NAMES)
 
 

@@ -109,7 +109,8 @@ SECTIONS = {
     "concrete": "µs/step of EKF full/VD/FD and LoFi r10 (+ adaptive noise, + process noise), MLP 8-50-1, P=501",
     "streaming": "predict + partial_fit one row per call (LoFi r10, MLPRegressor), overhead over the in-loop step",
     "calls": "later calls with default parameters; one-row calls (LoFi, WoLF, BOCD, river) vs the in-call row",
-    "runlength": "BOCD (RL[K]-PR, K = 1 and 10) over LoFi r10, the full EKF and HiLoFi r10, µs/step vs the base step",
+    "runlength": ("BOCD (RL[K]-PR, K = 1 and 10) over LoFi r10, the full EKF and HiLoFi r10; ou/cpp-ou over LoFi r10, "
+                  "the full EKF and the VD-EKF; µs/step vs the base step"),
     "digits": "LoFiClassifier().fit vs MLPClassifier().fit on digits",
     "digits-ekf": "EKFClassifier().fit on digits (P=3,760) vs its BLAS floor (slow: ~1 min)",
     "mnist": "LoFi r10 at P=648,010 (784-500-500-10), ms/step, page faults (slow on a CPU)",
@@ -372,9 +373,11 @@ RUNLENGTH_ROWS = 100
 RUNLENGTH_TARGET_FACTOR = 1.3
 
 
-#: the ``runlength`` section's other resets (one hypothesis, shrunk towards the prior) and their base
+#: the ``runlength`` section's other resets (one hypothesis, shrunk towards the prior) and their bases
 RUNLENGTH_RESETS = ("ou", "cpp-ou")
-RUNLENGTH_RESET_BASE = "LoFi r10"
+RUNLENGTH_RESET_BASES = ("LoFi r10", "EKF full", "EKF VD")
+#: the bases of the resets' rows not among :data:`RUNLENGTH_BASES` (their step rows come after those)
+_RESET_ONLY_BASES = tuple(b for b in RUNLENGTH_RESET_BASES if b not in RUNLENGTH_BASES)
 
 
 def _runlength_name(base, K=None, reset="prior"):
@@ -386,7 +389,8 @@ def _runlength_name(base, K=None, reset="prior"):
 
 
 RUNLENGTH_ROWS_NAMES = (tuple(_runlength_name(b, k) for b in RUNLENGTH_BASES for k in (None, *RUNLENGTH_KS))
-                        + tuple(_runlength_name(RUNLENGTH_RESET_BASE, 1, r) for r in RUNLENGTH_RESETS))
+                        + tuple(_runlength_name(b) for b in _RESET_ONLY_BASES)
+                        + tuple(_runlength_name(b, 1, r) for b in RUNLENGTH_RESET_BASES for r in RUNLENGTH_RESETS))
 
 
 def section_workloads(configs=None, mnist_configs=None) -> dict:
@@ -829,7 +833,8 @@ def time_runlength(stream, n_rows=RUNLENGTH_ROWS, repeats=5, device="cpu", dtype
     of :data:`RUNLENGTH_KS` (hazard 0.01, ``reset='prior'``), each a later ``partial_fit`` of
     ``n_rows`` rows, timed round-robin (:func:`interleave`); each BOCD row's ``ratio`` is the median of
     the rounds' ratios to its base's step, beside the target ``1.3 × (K + 1)``. The resets of
-    :data:`RUNLENGTH_RESETS` (``K = 1``) over :data:`RUNLENGTH_RESET_BASE` likewise."""
+    :data:`RUNLENGTH_RESETS` (``K = 1``) over each of :data:`RUNLENGTH_RESET_BASES` (the VD-EKF's step
+    timed for them) likewise."""
     from .. import BOCDRegressor, EKFRegressor, HiLoFiRegressor, LoFiRegressor
 
     bases = {"LoFi r10": lambda: LoFiRegressor(hidden_layer_sizes=(50,), rank=10, device=device, dtype=dtype,
@@ -837,12 +842,15 @@ def time_runlength(stream, n_rows=RUNLENGTH_ROWS, repeats=5, device="cpu", dtype
              "EKF full": lambda: EKFRegressor(hidden_layer_sizes=(50,), device=device, dtype=dtype,
                                               random_state=seed),
              "HiLoFi r10": lambda: HiLoFiRegressor(hidden_layer_sizes=(50,), hidden_rank=10, device=device,
-                                                   dtype=dtype, random_state=seed)}
+                                                   dtype=dtype, random_state=seed),
+             "EKF VD": lambda: EKFRegressor(hidden_layer_sizes=(50,), covariance="vd", device=device, dtype=dtype,
+                                            random_state=seed)}
     Xw, yw = _rows(stream, 0, WARMUP_ROWS)
     Xa, ya = _rows(stream, WARMUP_ROWS, int(n_rows))
     fns, names, n_params = [], [], None
     cases = [(base, K, "prior") for base in RUNLENGTH_BASES for K in (None, *RUNLENGTH_KS)]
-    cases += [(RUNLENGTH_RESET_BASE, 1, reset) for reset in RUNLENGTH_RESETS]
+    cases += [(base, None, "prior") for base in _RESET_ONLY_BASES]
+    cases += [(base, 1, reset) for base in RUNLENGTH_RESET_BASES for reset in RUNLENGTH_RESETS]
     for base, K, reset in cases:
         est = bases[base]() if K is None else BOCDRegressor(bases[base](), n_hypotheses=K, reset=reset)
         est.fit(Xw, yw)
@@ -1165,7 +1173,7 @@ def notes(results, settings, env) -> list:
                              f"({by_name[ref]['value']:.0f}; the median of the rounds' ratios){cpu}; "
                              f"target ≤ {target}×: {r['meets_ratio']}.")
     runlength_rows = [_runlength_name(base, K) for base in RUNLENGTH_BASES for K in RUNLENGTH_KS]
-    runlength_rows += [_runlength_name(RUNLENGTH_RESET_BASE, 1, reset) for reset in RUNLENGTH_RESETS]
+    runlength_rows += [_runlength_name(base, 1, reset) for base in RUNLENGTH_RESET_BASES for reset in RUNLENGTH_RESETS]
     for name in runlength_rows:
         r = by_name.get(name)
         if r is not None and r.get("ratio") is not None:

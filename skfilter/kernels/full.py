@@ -73,19 +73,37 @@ def full_linearise(mean_src, g, X, row, nb, shapes, offsets, codes, acts, pre, d
 
 
 @njit(cache=True, nogil=True)
+def predicted_rows(Ut, H, m, g2, q, q_diag):
+    """``Uᵀ ← g² Uᵀ + H (q I + diag(q_diag))`` for the first ``m`` rows: ``J Σ`` into ``J Σ⁻`` under
+    ``Σ⁻ = g² Σ + q I + diag(q_diag)`` (``q_diag`` empty: none)."""
+    P = Ut.shape[1]
+    if q_diag.shape[0] > 0:
+        for r in range(m):
+            for j in range(P):
+                Ut[r, j] = g2 * Ut[r, j] + (q + q_diag[j]) * H[r, j]
+    else:
+        for r in range(m):
+            for j in range(P):
+                Ut[r, j] = g2 * Ut[r, j] + q * H[r, j]
+
+
+@njit(cache=True, nogil=True)
 def full_solve(X, Y, w, has_weights, row, nb, cov_src, read, H, Ut, F, predicted, likelihood, noise, noise_params,
                adaptive, max_abs, weight_kind, weight_c, g2, q, record, rec_f, rec_quad, rec_noise, limit, tiny, zero,
-               S, Lc, z, Vt, gain, step_quad, robust, ew, scale, pj, noise_before, ew_spare):
+               S, Lc, z, Vt, gain, step_quad, robust, ew, scale, pj, noise_before, ew_spare, q_diag):
     """Stages 3–7 of a step up to (not including) the write of ``Σ``, after :func:`full_linearise`:
     ``Uᵀ = J Σ⁻`` (``read``: one pass over ``cov_src``, ``J Σ``; else ``Ut`` already holds ``J Σ``,
-    e.g. from :func:`full_write_read`; then ``Σ⁻ = g² Σ + q I`` applied, ``J Σ⁻ = g² J Σ + q J``),
+    e.g. from :func:`full_write_read`; then ``Σ⁻ = g² Σ + q I + diag(q_diag)`` applied,
+    ``J Σ⁻ = g² J Σ + J (q I + diag(q_diag))``; ``q_diag`` of length ``P``, or empty for none — the
+    OU map's ``(1 − g²) v₀`` of :mod:`skfilter.kernels.reversion_full`),
     the predictive ``J Σ⁻ Jᵀ``, noise estimate and whitening, ``S = I + Hw U = C Cᵀ``,
     ``Vᵀ = C⁻¹ Uᵀ`` into ``Vt`` and ``μ' = μ⁻ + V C⁻¹ ẽ`` into ``gain``, with every check of the step
     (module docstring). Returns False when the step must be handed back (``noise`` as before)."""
     C = F.shape[1]
     P = predicted.shape[0]
     m = nb * C
-    dynamic = g2 != 1.0 or q != 0.0
+    per_param = q_diag.shape[0] > 0
+    dynamic = g2 != 1.0 or q != 0.0 or per_param
     if max_abs > 0.0 and not outputs_within(F[:nb], max_abs):
         return False
     # 3. the prior predictive J Σ⁻ Jᵀ when recorded or needed: Uᵀ = J Σ⁻ (rows, one pass over Σ),
@@ -96,9 +114,7 @@ def full_solve(X, Y, w, has_weights, row, nb, cov_src, read, H, Ut, F, predicted
         if read:
             rows_times_symmetric(cov_src, H[:m], Ut[:m], zero)
         if dynamic:
-            for r in range(m):
-                for j in range(P):
-                    Ut[r, j] = g2 * Ut[r, j] + q * H[r, j]
+            predicted_rows(Ut, H, m, g2, q, q_diag)
         for i in range(nb):
             for c in range(C):
                 for c2 in range(C):
@@ -121,9 +137,7 @@ def full_solve(X, Y, w, has_weights, row, nb, cov_src, read, H, Ut, F, predicted
     else:  # Uᵀ = Hw Σ⁻ (rows): one pass over Σ (rows_times_symmetric: four rows of Σ per pass over Hw)
         rows_times_symmetric(cov_src, H[:m], Ut[:m], zero)
         if dynamic:
-            for r in range(m):
-                for j in range(P):
-                    Ut[r, j] = g2 * Ut[r, j] + q * H[r, j]
+            predicted_rows(Ut, H, m, g2, q, q_diag)
     # S = I + Hw U
     trace = 0.0
     for r in range(m):
@@ -166,7 +180,7 @@ def full_solve(X, Y, w, has_weights, row, nb, cov_src, read, H, Ut, F, predicted
             s += Vt[r, j] * z[r]
             vv += Vt[r, j] * Vt[r, j]
         gain[j] = predicted[j] + s
-        if not g2 * cov_src[j, j] + q - vv > 0.0:
+        if not g2 * cov_src[j, j] + q + (q_diag[j] if per_param else 0.0) - vv > 0.0:
             ok = False
     if not (ok and all_finite(gain)):
         restore(noise, noise_before)
@@ -175,9 +189,10 @@ def full_solve(X, Y, w, has_weights, row, nb, cov_src, read, H, Ut, F, predicted
 
 
 @njit(cache=True, nogil=True)
-def _write_row(cov_src, diag_src, cov, Vt, m, g2, q, dynamic, same, i):
-    """Row ``i`` of the write ``Σ ← g² Σ + q I − V Vᵀ`` (from ``cov_src`` into ``cov``; with
-    ``diag_src`` of length ``P``, from the diagonal matrix ``diag(diag_src)`` instead, not read)."""
+def _write_row(cov_src, diag_src, cov, Vt, m, g2, q, dynamic, same, i, q_diag):
+    """Row ``i`` of the write ``Σ ← g² Σ + q I + diag(q_diag) − V Vᵀ`` (from ``cov_src`` into
+    ``cov``; with ``diag_src`` of length ``P``, from the diagonal matrix ``diag(diag_src)`` instead,
+    not read; ``q_diag`` empty: none, and then ``dynamic`` says whether ``g ≠ 1`` or ``q ≠ 0``)."""
     P = cov.shape[0]
     ci = cov[i]
     if m == 1 and same and not dynamic:  # the common case: one output, in place, static
@@ -194,11 +209,15 @@ def _write_row(cov_src, diag_src, cov, Vt, m, g2, q, dynamic, same, i):
             for j in range(P):
                 ci[j] = ci[j] * g2
             ci[i] += q
+            if q_diag.shape[0] > 0:
+                ci[i] += q_diag[i]
     elif dynamic:
         si = cov_src[i]
         for j in range(P):
             ci[j] = si[j] * g2
         ci[i] += q
+        if q_diag.shape[0] > 0:
+            ci[i] += q_diag[i]
     elif not same:
         si = cov_src[i]
         for j in range(P):
@@ -211,16 +230,17 @@ def _write_row(cov_src, diag_src, cov, Vt, m, g2, q, dynamic, same, i):
 
 
 @njit(cache=True, nogil=True)
-def full_write(cov_src, cov, Vt, m, g2, q, dynamic, same):
-    """The write of a step, one pass: ``Σ' = g² Σ + q I − V Vᵀ`` from ``cov_src`` into ``cov``
-    (``same``: the same array, in place; ``dynamic``: ``g ≠ 1`` or ``q ≠ 0``)."""
+def full_write(cov_src, cov, Vt, m, g2, q, dynamic, same, q_diag):
+    """The write of a step, one pass: ``Σ' = g² Σ + q I + diag(q_diag) − V Vᵀ`` from ``cov_src``
+    into ``cov`` (``same``: the same array, in place; ``dynamic``: ``g ≠ 1``, ``q ≠ 0`` or a
+    ``q_diag``, which is empty for none)."""
     no_diag = np.empty(0, dtype=cov.dtype)
     for i in range(cov.shape[0]):
-        _write_row(cov_src, no_diag, cov, Vt, m, g2, q, dynamic, same, i)
+        _write_row(cov_src, no_diag, cov, Vt, m, g2, q, dynamic, same, i, q_diag)
 
 
 @njit(cache=True, nogil=True, fastmath=FAST)
-def full_write_read(cov_src, diag_src, cov, Vt, m, g2, q, dynamic, same, H, U, mh, zero):
+def full_write_read(cov_src, diag_src, cov, Vt, m, g2, q, dynamic, same, H, U, mh, zero, q_diag):
     """:func:`full_write` and, in the same pass, the next step's ``Uᵀ = H Σ'`` of its rows
     ``H[:mh]`` into ``U[:mh]`` (each row of ``Σ'`` dotted with the rows of ``H`` while it is in
     cache): one pass over ``Σ`` per step where the write and the next read take two. ``diag_src``
@@ -233,7 +253,7 @@ def full_write_read(cov_src, diag_src, cov, Vt, m, g2, q, dynamic, same, H, U, m
     i = 0
     while i + 4 <= P:
         for ii in range(i, i + 4):
-            _write_row(cov_src, diag_src, cov, Vt, m, g2, q, dynamic, same, ii)
+            _write_row(cov_src, diag_src, cov, Vt, m, g2, q, dynamic, same, ii, q_diag)
         a0 = cov[i]
         a1 = cov[i + 1]
         a2 = cov[i + 2]
@@ -256,7 +276,7 @@ def full_write_read(cov_src, diag_src, cov, Vt, m, g2, q, dynamic, same, H, U, m
             U[c, i + 3] = s3
         i += 4
     while i < P:
-        _write_row(cov_src, diag_src, cov, Vt, m, g2, q, dynamic, same, i)
+        _write_row(cov_src, diag_src, cov, Vt, m, g2, q, dynamic, same, i, q_diag)
         a0 = cov[i]
         for c in range(mh):
             h = H[c]
@@ -265,6 +285,95 @@ def full_write_read(cov_src, diag_src, cov, Vt, m, g2, q, dynamic, same, H, U, m
                 s0 += a0[j] * h[j]
             U[c, i] = s0
         i += 1
+
+
+@njit(cache=True, nogil=True, fastmath=FAST)
+def full_write_quads(cov_src, diag_src, cov, Vt, m, g2, q, dynamic, same, H, C, quads, T, zero, q_diag):
+    """:func:`full_write` and, in the same pass, the quadratic forms ``quads[b] = H_b Σ' H_bᵀ``
+    (``(C, C)``) of the blocks ``H_b = H[b C:(b+1) C]`` from the lower triangle of ``Σ'`` — each row
+    dotted with ``H`` over ``j < i`` only, half the products of :func:`full_write_read`'s ``H Σ'``
+    (the OU kernels' candidates, which need the forms, not ``H Σ'``)::
+
+        [H Σ' Hᵀ]_{c c'} = Σ_i (H_ci Σ'_ii H_c'i + H_ci t_c'(i) + H_c'i t_c(i)),   t_c(i) = Σ_{j<i} Σ'_ij H_cj
+
+    four rows of ``Σ'`` at a time (``T (rows of H, 4)``: their ``t``). ``diag_src``, ``q_diag`` as
+    :func:`full_write_read`."""
+    P = cov.shape[0]
+    mh = H.shape[0]
+    nb = mh // C
+    for b in range(nb):
+        for c in range(C):
+            for c2 in range(C):
+                quads[b, c, c2] = zero
+    i = 0
+    while i < P:
+        width = min(4, P - i)
+        for ii in range(i, i + width):
+            _write_row(cov_src, diag_src, cov, Vt, m, g2, q, dynamic, same, ii, q_diag)
+        if width == 4:
+            a0 = cov[i]
+            a1 = cov[i + 1]
+            a2 = cov[i + 2]
+            a3 = cov[i + 3]
+            r = 0
+            while r < mh:  # two rows of H at a time when there are: eight sums per loaded pair
+                h = H[r]
+                s0 = zero
+                s1 = zero
+                s2 = zero
+                s3 = zero
+                if r + 1 < mh:
+                    e = H[r + 1]
+                    t0 = zero
+                    t1 = zero
+                    t2 = zero
+                    t3 = zero
+                    for j in range(i):
+                        x = h[j]
+                        y = e[j]
+                        s0 += a0[j] * x
+                        s1 += a1[j] * x
+                        s2 += a2[j] * x
+                        s3 += a3[j] * x
+                        t0 += a0[j] * y
+                        t1 += a1[j] * y
+                        t2 += a2[j] * y
+                        t3 += a3[j] * y
+                    T[r + 1, 0] = t0
+                    T[r + 1, 1] = t1 + a1[i] * e[i]
+                    T[r + 1, 2] = t2 + a2[i] * e[i] + a2[i + 1] * e[i + 1]
+                    T[r + 1, 3] = t3 + a3[i] * e[i] + a3[i + 1] * e[i + 1] + a3[i + 2] * e[i + 2]
+                else:
+                    for j in range(i):
+                        x = h[j]
+                        s0 += a0[j] * x
+                        s1 += a1[j] * x
+                        s2 += a2[j] * x
+                        s3 += a3[j] * x
+                T[r, 0] = s0
+                T[r, 1] = s1 + a1[i] * h[i]
+                T[r, 2] = s2 + a2[i] * h[i] + a2[i + 1] * h[i + 1]
+                T[r, 3] = s3 + a3[i] * h[i] + a3[i + 1] * h[i + 1] + a3[i + 2] * h[i + 2]
+                r += 2
+        else:
+            for r in range(mh):
+                h = H[r]
+                for k in range(width):
+                    a = cov[i + k]
+                    s = zero
+                    for j in range(i + k):
+                        s += a[j] * h[j]
+                    T[r, k] = s
+        for k in range(width):
+            ii = i + k
+            d = cov[ii, ii]
+            for b in range(nb):
+                for c in range(C):
+                    hc = H[b * C + c, ii]
+                    for c2 in range(C):
+                        hc2 = H[b * C + c2, ii]
+                        quads[b, c, c2] += hc * (d * hc2 + T[b * C + c2, k]) + hc2 * T[b * C + c, k]
+        i += width
 
 
 @njit(cache=True, nogil=True)
@@ -282,6 +391,7 @@ def full_rows_from(X, Y, w, has_weights, batch, shapes, offsets, codes, mean_src
     (acts, pre, delta, scratch, H, Ut, Vt, S, Lc, z, step_quad, robust, predicted, gain, F, ew, scale, pj,
      noise_before, ew_spare) = full_step_buffers(batch, C, D, P, shapes, noise, mean)
     zero = np.zeros(1, dtype=mean.dtype)[0]
+    no_diag = np.empty(0, dtype=mean.dtype)
     g2 = g * g
     dynamic = g != 1.0 or q != 0.0
     row = 0
@@ -292,10 +402,10 @@ def full_rows_from(X, Y, w, has_weights, batch, shapes, offsets, codes, mean_src
         if not full_solve(X, Y, w, has_weights, row, nb, cov_src, True, H, Ut, F, predicted, likelihood, noise,
                           noise_params, adaptive, max_abs, weight_kind, weight_c, g2, q, record, rec_f, rec_quad,
                           rec_noise, limit, tiny, zero, S, Lc, z, Vt, gain, step_quad, robust, ew, scale, pj,
-                          noise_before, ew_spare):
+                          noise_before, ew_spare, no_diag):
             return row, REDO_STEP, 0
         # the write: Σ ← g² Σ + q I − V Vᵀ, μ ← μ' (from the source into the destination)
-        full_write(cov_src, cov, Vt, m, g2, q, dynamic, same)
+        full_write(cov_src, cov, Vt, m, g2, q, dynamic, same, no_diag)
         for j in range(P):
             mean[j] = gain[j]
         for c in range(C):

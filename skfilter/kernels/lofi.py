@@ -31,7 +31,7 @@ DONE, REDO_STEP = 0, 1
 
 
 @njit(cache=True, nogil=True)
-def _predict(mean_src, diag_src, W_src, mean_dst, diag_dst, tilde, L, g, q, work_LL, ratio):
+def lofi_predict(mean_src, diag_src, W_src, mean_dst, diag_dst, tilde, L, g, q, work_LL, ratio):
     """Exact DLR predict of ``Σ ← g² Σ + q I``, ``μ ← g μ`` (Alg. 2; see
     :meth:`~skfilter.posteriors.LowRankPrecision.transition`): writes ``μ⁻``, ``Υ⁻`` and ``W⁻ᵀ``
     (into ``tilde[:L]``); ``work_LL (L, L)`` and ``ratio (P,)`` are work buffers. Returns False if the
@@ -137,7 +137,7 @@ def lofi_rows(X, Y, w, has_weights, batch, shapes, offsets, codes, in_scale, in_
         mean_dst, diag_dst, W_dst = means[nxt], diags[nxt], factors[nxt]
         # 1. dynamics: the predicted belief goes to slot nxt (mean, Υ⁻) and tilde[:L] (W⁻ᵀ)
         if dynamic:
-            if not _predict(mean_src, diag_src, W_src, mean_dst, diag_dst, tilde, L, g, q, work_LL, inv_diag):
+            if not lofi_predict(mean_src, diag_src, W_src, mean_dst, diag_dst, tilde, L, g, q, work_LL, inv_diag):
                 return row, REDO_STEP, cur
         else:
             for j in range(P):

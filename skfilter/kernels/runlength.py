@@ -126,6 +126,26 @@ def log_predictive_row(likelihood, f, quad, noise, y, tiny, inflate):
 
 
 @njit(cache=True, nogil=True)
+def scored_log_predictive(likelihood, f, quad, noise, y1, w1, has_weights, weight_kind, weight_c, weighted_evidence,
+                          tiny, w2):
+    """A candidate's score of one row (thesis eq. 3.51): :func:`log_predictive_row` of ``y1[0]``
+    under its prior predictive ``f (1, C)``, ``quad (1, C, C)`` and noise variances ``noise``
+    (before the step), times the row's sample weight ``w1[0]``; with a robust weighting
+    (``weight_kind > 0``) and ``weighted_evidence``, under ``R / W²``, ``W`` the candidate's robust
+    weight from that predictive (:func:`~skfilter.kernels.observations.robust_step_weights`, into
+    the work array ``w2``). NaN when a predictive covariance is not positive definite."""
+    inflate = 0.0
+    if weighted_evidence and weight_kind > 0:
+        if not robust_step_weights(weight_kind, weight_c, f, y1, w1, False, noise, quad, w2):
+            return np.nan
+        inflate = 1.0 / max(w2[0], tiny) - 1.0
+    lp = log_predictive_row(likelihood, f[0], quad[0], noise, y1[0], tiny, inflate)
+    if has_weights:
+        lp = lp * w1[0]
+    return lp
+
+
+@njit(cache=True, nogil=True)
 def logsumexp(x, n):
     """``log Σ_{i<n} exp(x_i)`` (shifted by the largest; ``−∞`` when all are)."""
     m = -np.inf
@@ -205,15 +225,8 @@ def _weigh_and_keep(likelihood, cand_f, cand_quad, cand_noise, y1, w1, has_weigh
     C = y1.shape[1]
     K_max = slots.shape[0]
     for k in range(K + 1):
-        inflate = 0.0
-        if weighted_evidence and weight_kind > 0:
-            if not robust_step_weights(weight_kind, weight_c, cand_f[k], y1, w1, False, cand_noise[k, 0], cand_quad[k],
-                                       w2):
-                return False
-            inflate = 1.0 / max(w2[0], tiny) - 1.0
-        lp = log_predictive_row(likelihood, cand_f[k, 0], cand_quad[k, 0], cand_noise[k, 0], y1[0], tiny, inflate)
-        if has_weights:
-            lp = lp * w1[0]
+        lp = scored_log_predictive(likelihood, cand_f[k], cand_quad[k], cand_noise[k, 0], y1, w1, has_weights,
+                                   weight_kind, weight_c, weighted_evidence, tiny, w2)
         if not np.isfinite(lp):
             return False
         if k < K:
@@ -265,7 +278,7 @@ def _bookkeeping_buffers(K_max, S, C, D, dt, xdt, ydt, wdt):
 
 
 @njit(cache=True, nogil=True)
-def _load_row(X, Y, w, has_weights, row, x1, y1, w1):
+def load_row(X, Y, w, has_weights, row, x1, y1, w1):
     for d in range(X.shape[1]):
         x1[0, d] = X[row, d]
     for c in range(Y.shape[1]):
@@ -279,7 +292,7 @@ def _begin_row(X, Y, w, has_weights, row, x1, y1, w1, slots, counts, used, dest,
     """A row's start: the row into ``x1``, ``y1``, ``w1``, the ``K + 1`` free slots into ``dest``;
     returns ``K`` and the most probable hypothesis (whose noise the changepoint candidate takes)."""
     K = counts[0]
-    _load_row(X, Y, w, has_weights, row, x1, y1, w1)
+    load_row(X, Y, w, has_weights, row, x1, y1, w1)
     _free_slots(slots, K, used, dest)
     return K, _most_probable(log_weights, K)
 
@@ -412,7 +425,7 @@ def full_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_means
     for row in range(n):
         K = counts[0]
         best = _most_probable(log_weights, K)
-        _load_row(X, Y, w, has_weights, row, x1, y1, w1)
+        load_row(X, Y, w, has_weights, row, x1, y1, w1)
         for s in range(S_slots):
             used[s] = False
         for k in range(K):
@@ -452,7 +465,7 @@ def full_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_means
             if not full_solve(x1, y1, w1, has_weights, 0, 1, cov_src, read, Hk, Uk, Fk, pk, likelihood,
                               cand_state[k], noise_params, adaptive, max_abs, weight_kind, weight_c, g2k, qk, True,
                               cand_f[k], cand_quad[k], cand_noise[k], limit, tiny, zero, Sm, Lc, z, cand_V[k],
-                              cand_mean[k], step_quad, robust, ew, cand_scale[k], pj, noise_before, ew_spare):
+                              cand_mean[k], step_quad, robust, ew, cand_scale[k], pj, noise_before, ew_spare, no_diag):
                 return row, REDO_STEP
         # 2. weights, the kept
         if not _weigh_and_keep(likelihood, cand_f, cand_quad, cand_noise, y1, w1, has_weights, K, dest, slots,
@@ -480,10 +493,10 @@ def full_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_means
                 full_linearise(pool_means[d], g, X, row + 1, 1, shapes, offsets, codes, acts, pre, delta, scratch,
                                next_pred[d], next_F[d], next_H[d])
                 full_write_read(cov_src, diag_src, pool_covs[d], cand_V[k], C, g2k, qk, dyn, same, next_H[d],
-                                next_U[d], C, zero)
+                                next_U[d], C, zero, no_diag)
                 ready[d] = True
             else:
-                full_write(cov_src, pool_covs[d], cand_V[k], C, g2k, qk, dyn, same)
+                full_write(cov_src, pool_covs[d], cand_V[k], C, g2k, qk, dyn, same, no_diag)
     return n, DONE
 
 
