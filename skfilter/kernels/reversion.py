@@ -205,8 +205,8 @@ def lofi_reversion_rows(X, Y, w, has_weights, shapes, offsets, codes, in_scale, 
         if reset == OU:
             mlp_forward_jacobian(prior_mean, xm, shapes, offsets, codes, acts, pre, delta, scratch, fu, Ju)
             _woodbury_quad(Ju, inv0, scaled0, Lc0, A, quadu)
-            lp1 = log_predictive_row(likelihood, f1, quad1, noise, y1[0], tiny, 0.0)
-            lp0 = log_predictive_row(likelihood, fu, quadu, noise, y1[0], tiny, 0.0)
+            lp1 = log_predictive_row(likelihood, f1, quad1, noise, y1[0], tiny, 0.0, noise_params[0])
+            lp0 = log_predictive_row(likelihood, fu, quadu, noise, y1[0], tiny, 0.0, noise_params[0])
             if has_weights:
                 lp1 *= w1[0]
                 lp0 *= w1[0]
@@ -226,7 +226,7 @@ def lofi_reversion_rows(X, Y, w, has_weights, shapes, offsets, codes, in_scale, 
             for u in range(n_grid):
                 v = grid[u]
                 if v == 1.0:
-                    lp = log_predictive_row(likelihood, f1, quad1, noise, y1[0], tiny, 0.0)
+                    lp = log_predictive_row(likelihood, f1, quad1, noise, y1[0], tiny, 0.0, noise_params[0])
                 else:
                     for j in range(P):
                         mean_u[j] = mean[j] * v + (1.0 - v) * ref_mean[j]
@@ -239,7 +239,7 @@ def lofi_reversion_rows(X, Y, w, has_weights, shapes, offsets, codes, in_scale, 
                             for j in range(P):
                                 s += Ju[c, j] * Ju[c2, j] * ref_var[j]
                             quadu[c, c2] = v2 * quadu[c, c2] + (1.0 - v2) * s
-                    lp = log_predictive_row(likelihood, fu, quadu, noise, y1[0], tiny, 0.0)
+                    lp = log_predictive_row(likelihood, fu, quadu, noise, y1[0], tiny, 0.0, noise_params[0])
                 if has_weights:
                     lp *= w1[0]
                 if not np.isfinite(lp):
