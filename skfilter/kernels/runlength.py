@@ -584,7 +584,9 @@ def full_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_means
     moment-matched mixture of the kept hypotheses' predicted beliefs: phase 1 writes it into the slot
     no hypothesis holds (:func:`full_moment_match_into`, one pass over the ``K`` covariances that also
     takes its ``J Σ̄``), and phase 3 updates it there in place — a hypothesis' ``Σ`` is read once more
-    per row and never copied.
+    per row and never copied. With one hypothesis the matched prior is that hypothesis' predicted
+    belief (``w = 1``, ``d = 0``: the engine's numbers exactly), so the changepoint candidate takes the
+    hypothesis' step, written from its slot (in place when the hypothesis is dropped).
 
     The values are those of :func:`~skfilter.kernels.full.full_rows_from` step by step (same
     operations in the same order)."""
@@ -631,8 +633,23 @@ def full_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_means
             if not used[s]:
                 dest[K] = s
                 break
+        # one hypothesis under the matched reset: the matched prior is its predicted belief (w = 1,
+        # d = 0) with its noise, so the changepoint candidate's step is its step; kept alone, either
+        # is written in place in its slot
+        single = moment_matched and K == 1
+        if single and n_keep == 1:
+            dest[K] = dest[0]
         # 1. every candidate up to its write
         for k in range(K + 1):
+            if single and k == K:
+                cand_V[k] = cand_V[0]
+                cand_mean[k] = cand_mean[0]
+                cand_state[k] = cand_state[0]
+                cand_scale[k] = cand_scale[0]
+                cand_f[k] = cand_f[0]
+                cand_quad[k] = cand_quad[0]
+                cand_noise[k] = cand_noise[0]
+                continue
             if k < K:
                 s = slots[k]
                 cov_src = pool_covs[s]
@@ -680,7 +697,15 @@ def full_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_means
                                new_logw, new_runs, weight_kind, weight_c, weighted_evidence, w2,
                                noise_params[0]):
             return row, REDO_STEP
-        # 3. the kept candidates' writes (with the next row's read)
+        # 3. the kept candidates' writes (with the next row's read), the changepoint candidate's first:
+        #    with one hypothesis under the matched reset it reads that hypothesis' slot, which the
+        #    hypothesis' own write then updates in place
+        for i in range(counts[0]):
+            if order[i] == K:
+                for i2 in range(i, 0, -1):
+                    order[i2] = order[i2 - 1]
+                order[0] = K
+                break
         for i in range(counts[0]):
             k = order[i]
             d = dest[k]
@@ -688,6 +713,9 @@ def full_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_means
             if k < K:
                 cov_src = pool_covs[d]
                 same, g2k, qk, dyn = True, g2, q, dynamic
+            elif single:  # the hypothesis' predicted belief: from its slot (in place when it is dropped)
+                cov_src = pool_covs[dest[0]]
+                same, g2k, qk, dyn = d == dest[0], g2, q, dynamic
             elif moment_matched:  # the matched prior is in its slot: in place
                 cov_src = pool_covs[d]
                 same, g2k, qk, dyn = True, 1.0, 0.0, False
