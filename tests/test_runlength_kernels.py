@@ -335,11 +335,9 @@ def test_interrupt_between_kernel_calls_keeps_the_rows_learned():
     lambda: BOCDRegressor(LoFiRegressor(hidden_layer_sizes=(5,), rank=2), n_hypotheses=None),
     lambda: BOCDRegressor(LoFiRegressor(hidden_layer_sizes=(5,), rank=2, batch_size=2)),
     lambda: BOCDRegressor(LoFiRegressor(hidden_layer_sizes=(5,), rank=2, variant="spherical")),
-    lambda: BOCDRegressor(HiLoFiRegressor(hidden_layer_sizes=(5,), hidden_rank=2), reset="moment-matched",
-                          n_hypotheses=None),
     lambda: BOCDRegressor(EKFRegressor(hidden_layer_sizes=(5,), covariance="vd", batch_size=2),
                           reset="moment-matched", n_hypotheses=2),
-], ids=["ou", "exact", "batches", "spherical", "hilofi-moment-matched-exact", "vd-moment-matched-batches"])
+], ids=["ou", "exact", "batches", "spherical", "vd-moment-matched-batches"])
 def test_what_the_kernel_does_not_serve_runs_on_the_engine(make):
     X, y = _stream("regression", n=30)
     used = AssertionError("kernel used")
@@ -520,6 +518,9 @@ def test_reversion_with_a_constant_per_parameter_reference_variance():
 # moment-matched categorical likelihood's evidence
 # ---------------------------------------------------------------------------------------------
 MM_BASES = ["full", "vd", "fd", "hilofi", "lrkf"]
+#: rows of the moment-matched streams: fewer over the factored structures, whose engine step (a QR
+#: or SVD per candidate and for the matched prior) is the slow side of the comparison
+MM_ROWS = {"hilofi": 44, "lrkf": 44}
 
 
 def _mm_estimator(base, kind, K, **kw):
@@ -537,7 +538,7 @@ def test_moment_matched_reset_on_the_kernel_equals_the_engine(base, kind, K):
     same belief here, so only the hazard weighs them), weights, beliefs, noise states ('auto' noise),
     evidence and predictions equal the engine's; with ``K = 4`` the cut is active from the fourth
     row and changepoints are kept."""
-    X, y = _stream(kind)
+    X, y = _stream(kind, n=MM_ROWS.get(base, 70))
     fit_kw = {} if kind == "regression" else {"classes": np.unique(y)}
     est, ref, p, p_ref = _fit_both(lambda: _mm_estimator(base, kind, K, process_noise=1e-3), X, y, **fit_kw)
     _assert_same_mixture(est, ref)
@@ -559,8 +560,8 @@ def test_moment_matched_reset_of_distinct_hypotheses(base):
     """Hypotheses that hold different beliefs (learned under ``reset='prior'`` first): the matched
     prior's spread ``Σ_k w_k d_k d_kᵀ`` and the base's decay and process noise count, and the
     kernel's mixture still equals the engine's."""
-    X, y = _stream("regression")
-    split = 30
+    X, y = _stream("regression", n=MM_ROWS.get(base, 70))
+    split = 20
 
     def fit(est):
         est.fit(X[:split], y[:split])

@@ -109,7 +109,8 @@ SECTIONS = {
     "concrete": "µs/step of EKF full/VD/FD and LoFi r10 (+ adaptive noise, + process noise), MLP 8-50-1, P=501",
     "streaming": "predict + partial_fit one row per call (LoFi r10, MLPRegressor), overhead over the in-loop step",
     "calls": "later calls with default parameters; one-row calls (LoFi, WoLF, BOCD, river) vs the in-call row",
-    "runlength": "BOCD (RL[K]-PR, K = 1 and 10) over LoFi r10, the full EKF and HiLoFi r10, µs/step vs the base step",
+    "runlength": ("BOCD (RL[K]-PR, K = 1 and 10) over LoFi r10, the full EKF, HiLoFi r10 and the VD-EKF, RL[K]-MMPR "
+                  "(mm) over the last three, µs/step vs the base step"),
     "digits": "LoFiClassifier().fit vs MLPClassifier().fit on digits",
     "digits-ekf": "EKFClassifier().fit on digits (P=3,760) vs its BLAS floor (slow: ~1 min)",
     "mnist": "LoFi r10 at P=648,010 (784-500-500-10), ms/step, page faults (slow on a CPU)",
