@@ -16,7 +16,7 @@ Reset rules (``reset``):
 * ``'prior'`` — RL[K]-PR: Bayesian online changepoint detection keeping the ``n_hypotheses`` most
   probable run lengths (``None``: all, exact BOCD; ``1``: the greedy RL[1]-PR);
 * ``'moment-matched'`` — RL[K]-MMPR: a new regime starts from the Gaussian moment-matched to the
-  mixture (dependence across regimes; full and diagonal structures). With a model that does not
+  mixture (dependence across regimes; full, diagonal and factored structures). With a model that does not
   depend on the run length — every skfilter model: the thesis' E3.5 re-centres its features at the
   segment start — all hypotheses then hold the same belief (the matched restart of identical beliefs
   is that belief), so the mixture predicts as the base filter and its run-length posterior reflects
@@ -300,7 +300,7 @@ _COMMON_DOC = """estimator : skfilter ESTIMATOR_KIND, default=None
         beliefs at step ``t``; ``1`` the greedy RL[1]-PR). ``reset='ou'`` needs ``1``.
     reset : {'prior', 'moment-matched', 'ou', 'cpp-ou'}, default='prior'
         How a new regime starts: from the prior (RL[K]-PR, BOCD); from the Gaussian moment-matched
-        to the mixture (RL[K]-MMPR; full and diagonal structures); or RL[1]-OUPR* (OU shrink towards
+        to the mixture (RL[K]-MMPR; full, diagonal and factored structures, not LoFi); or RL[1]-OUPR* (OU shrink towards
         the prior by the continuation probability ``ν``, reset when ``ν ≤ threshold``). ``'cpp-ou'``
         is the thesis' gradual baseline CPP-OU (an OU shrink every step with the empirical-Bayes
         rate; no run lengths; ``hazard`` unused). ``'ou'`` and ``'cpp-ou'`` need ``n_hypotheses=1``.

@@ -24,7 +24,9 @@ lengths (``K = None``: all of them, exact BOCD):
    ``ℓ_0 + log Σ_k ν_{t−1}(k) + log H`` (the corrected line 13 of Alg. 8: the joints *before* this
    step, times the hazard);
 4. the log evidence of the rows is the log-sum-exp of the joints; the ``K`` largest joints are kept
-   (ties: the longer run, for a deterministic choice) and renormalised (eq. 3.36).
+   and renormalised (eq. 3.36), ranked on a grid of ``2⁻³⁰`` in ``log ν`` (:func:`_keep`: weights
+   equal to ~1e-9 relative tie) and ties to the longer run, so that the choice is deterministic and
+   rounding does not make it.
 
 With ``batch_size > 1`` a step holds several rows and changepoints fall on step boundaries only
 (run lengths still count rows). The changepoint hypothesis follows the thesis' convention
@@ -34,8 +36,8 @@ brute-force enumeration of all segmentations). The authors' library instead keep
 
 **RL[K]-MMPR** (``reset='moment-matched'``; Alg. 9, eqs. 3.54–3.57): as RL[K]-PR, but the
 changepoint hypothesis starts from the Gaussian moment-matched to the mixture of the kept beliefs
-with weights ``ν_{t−1}`` (normalised, as the printed weights are not;
-:meth:`~skfilter.posteriors.Structure.moment_match`).
+after the base's dynamics, with weights ``ν_{t−1}`` (normalised, as the printed weights are not;
+:meth:`~skfilter.posteriors.Structure.moment_match`), and no dynamics of its own.
 
 **RL[1]-OUPR*** (``reset='ou'``; Alg. 10, eq. 3.58): one hypothesis. With ``p₁`` the predictive of
 the rows under the previous posterior and ``p₀`` under the prior,
@@ -51,15 +53,17 @@ run-length rule): one belief, shrunk every step towards the reference by the sam
 steps on the same objective). ``changepoint_probability`` is ``1 − υ``.
 
 **Compiled.** :func:`run_runlength` offers the rows to the compiled kernels first: RL[K]-PR
-(``reset='prior'``, an integer ``K``) over every compiled base filter
-(:class:`skfilter.stepping.RunLengthPlan`, :mod:`skfilter.kernels.runlength`), and RL[1]-OUPR* and
-CPP-OU (``reset='ou'``, ``'cpp-ou'``) over LoFi, the VD/FD-EKF and the full-covariance EKF, their
-dynamics (decay, one process-noise value) and a built-in robust weighting (BOCD over WoLF, weighted
-evidence or not) included (:class:`skfilter.stepping.ReversionPlan`; :mod:`skfilter.kernels.reversion`,
-``reversion_diagonal``, ``reversion_full``), one row per step; both equal this module's step to
-rounding. Everything else — the factored structures (LRKF, HiLoFi, LoLoFi) under ``'ou'``/``'cpp-ou'``,
-the moment-matched likelihood, several rows per step — and any row a kernel cannot finish, runs
-:func:`runlength_step`.
+(``reset='prior'``, an integer ``K``) over every compiled base filter and RL[K]-MMPR
+(``reset='moment-matched'``) over the compiled diagonal, full and factored ones (LoFi has no moment
+match) (:class:`skfilter.stepping.RunLengthPlan`, :mod:`skfilter.kernels.runlength`), and
+RL[1]-OUPR* and CPP-OU (``reset='ou'``, ``'cpp-ou'``) over LoFi, the VD/FD-EKF and the
+full-covariance EKF, their dynamics (decay, one process-noise value) and a built-in robust weighting
+(BOCD over WoLF, weighted evidence or not) included (:class:`skfilter.stepping.ReversionPlan`;
+:mod:`skfilter.kernels.reversion`, ``reversion_diagonal``, ``reversion_full``), one row per step,
+under every likelihood the kernels have (the moment-matched categorical's evidence included); both
+equal this module's step to rounding. Everything else — the factored structures (LRKF, HiLoFi,
+LoLoFi) under ``'ou'``/``'cpp-ou'``, exact BOCD, several rows per step — and any row a kernel cannot
+finish, runs :func:`runlength_step`.
 
 The state (:class:`RunLengthState`) holds the hypotheses as a mixture
 :class:`~skfilter.filtering.FilterState` (``log_weights`` normalised), their run lengths, the log
@@ -77,6 +81,7 @@ import torch
 from .dynamics import Dynamics, apply_dynamics
 from .exceptions import FilterStepError
 from .filtering import FilterState
+from .kernels.runlength import KEEP_GRID
 from . import stepping
 from .stepping import filter_step, runlength_plan_for
 from .posteriors import map_belief
@@ -226,7 +231,7 @@ def runlength_step(parts, state: RunLengthState, prior: FilterState, X, Y, sampl
     else:
         cp_belief = prior.belief
     # the new regime keeps the stream's noise estimate: that of the most probable hypothesis
-    cp_noise = None if hyp.noise is None else {k: v[int(torch.argmax(hyp.log_weights))] for k, v in hyp.noise.items()}
+    cp_noise = None if hyp.noise is None else {k: v[_most_probable(hyp.log_weights)] for k, v in hyp.noise.items()}
     candidates = FilterState(_concat(predicted, _with_axis(cp_belief)), _concat(hyp.noise, _with_axis(cp_noise)),
                              hyp.n_seen)
     captured = {}
@@ -265,13 +270,29 @@ def runlength_step(parts, state: RunLengthState, prior: FilterState, X, Y, sampl
                           cp_prob), out
 
 
+def _weight_key(log_weights):
+    """The log weights on the grid the hypotheses are ranked on, ``⌊log ν · 2³⁰ + ½⌋`` (float64;
+    :data:`~skfilter.kernels.runlength.KEEP_GRID`, the kernels' :func:`~skfilter.kernels.runlength.weight_key`):
+    weights equal to ~1e-9 relative count as tied."""
+    return torch.floor(log_weights.to(torch.float64) * KEEP_GRID + 0.5)
+
+
+def _most_probable(log_weights) -> int:
+    """Index of the most probable hypothesis: the largest :func:`_weight_key`, the first on ties."""
+    return int(torch.argmax(_weight_key(log_weights)))
+
+
 def _keep(log_post, run_lengths, n_hypotheses):
-    """Indices of the hypotheses kept: finite weights, the ``n_hypotheses`` most probable (ties: the
-    longer run first), in decreasing weight."""
+    """Indices of the hypotheses kept: finite weights, the ``n_hypotheses`` most probable, ranked by
+    their weights on a grid (:func:`_weight_key`, decreasing), then by run length (the longer first),
+    then by index — deterministically, and as the compiled kernels rank them
+    (:func:`skfilter.kernels.runlength.keep_order`). Weights that agree in exact arithmetic (the
+    moment-matched changepoint candidate can tie with a continuing hypothesis) may differ in their
+    last bits; on the grid they tie, so rounding does not decide which one is kept."""
     finite = torch.isfinite(log_post)
-    # sort by weight, then by run length (both descending), deterministically
+    # sort by the weight's key, then by run length (both descending), then by index (stable)
     order = torch.argsort(run_lengths.to(torch.float64), descending=True, stable=True)
-    order = order[torch.argsort(log_post[order], descending=True, stable=True)]
+    order = order[torch.argsort(_weight_key(log_post)[order], descending=True, stable=True)]
     order = order[finite[order]]
     if n_hypotheses is not None:
         order = order[:n_hypotheses]

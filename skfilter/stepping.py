@@ -1226,7 +1226,9 @@ class FactoredPlan(KernelPlan):
 # -- the dispatch ----------------------------------------------------------------------------------
 class RunLengthPlan:
     """RL[K]-PR (BOCD with ``reset='prior'``, ``K`` run lengths kept) over a compiled filter — LoFi,
-    the VD/FD-EKF or the full-covariance EKF — on the kernels of :mod:`skfilter.kernels.runlength`:
+    the VD/FD-EKF, the full-covariance EKF or the factored covariance — and RL[K]-MMPR
+    (``reset='moment-matched'``, ``moment_matched``; all but LoFi, which has no moment match) on the
+    kernels of :mod:`skfilter.kernels.runlength`:
     many rows per call, the hypotheses in a pool of belief slots reordered by index (no belief
     copied per step; the full EKF's ``(K + 1) P²`` pool and the ``K P²`` covariances it returns in
     memory :func:`recycled_empty` reuses). Built by :func:`runlength_plan_for` around the base filter's
@@ -1234,9 +1236,11 @@ class RunLengthPlan:
     stopping at a row the kernel cannot finish (the caller, :func:`skfilter.runlength.run_runlength`,
     runs that row on the engine)."""
 
-    def __init__(self, base_plan, prior_belief, hazard, n_hypotheses, weighted_evidence=False):
+    def __init__(self, base_plan, prior_belief, hazard, n_hypotheses, weighted_evidence=False, moment_matched=False):
         self.base = base_plan
         self.weighted_evidence = bool(weighted_evidence)
+        #: the changepoint candidate starts from the kept hypotheses' moment-matched mixture (RL[K]-MMPR)
+        self.moment_matched = bool(moment_matched)
         self.prior_belief = prior_belief
         self.log_h = math.log(hazard) if hazard > 0 else -math.inf
         self.log_s = math.log1p(-hazard) if hazard < 1 else -math.inf
@@ -1300,16 +1304,17 @@ class RunLengthPlan:
         if factored:
             return factored_runlength_rows(Xn, Yn, w, has_w, shapes, offsets, codes, *pool, noises, scales, *prior,
                                            plan.positions, plan.starts, plan.fstarts, plan.ranks, plan.kinds,
-                                           plan.eps[Xn.dtype], *tail)
+                                           plan.eps[Xn.dtype], *tail, self.moment_matched)
         if isinstance(plan, LoFiPlan):
             return lofi_runlength_rows(Xn, Yn, w, has_w, shapes, offsets, codes, *plan.map_args(Xn.dtype), *pool,
                                        noises, scales, *prior, *tail)
         if isinstance(plan, DiagonalPlan):
             structure = plan.structure
             return diagonal_runlength_rows(Xn, Yn, w, has_w, shapes, offsets, codes, *pool, noises, scales, *prior,
-                                           structure.projection == "fd", structure.vd_mean == "exact", *tail)
+                                           structure.projection == "fd", structure.vd_mean == "exact", *tail,
+                                           self.moment_matched)
         return full_runlength_rows(Xn, Yn, w, has_w, shapes, offsets, codes, *pool, noises, scales, *prior, *tail,
-                                   self._prior_diagonal)
+                                   self._prior_diagonal, self.moment_matched)
 
     def _belief(self, pool, idx, b, rows):
         """The kept hypotheses' stacked belief (copies of their slots, most probable first)."""
@@ -1484,22 +1489,24 @@ def runlength_plan_for(parts, mixture, prior_belief, batch_size, *, hazard, n_hy
                        threshold=0.5, weighted_evidence=False, grid=(1.0,)):
     """The :class:`RunLengthPlan` of a run-length filter (the options of
     :func:`skfilter.runlength.runlength_step`) that the compiled kernel serves, else None: the
-    kernels on, ``reset='prior'`` with an integer ``n_hypotheses``, one row per step, and a base
-    filter whose single-belief step :func:`plan_for` gives to the LoFi, diagonal or full kernel (its
-    dynamics and a built-in robust weighting — BOCD over WoLF — included); the
+    kernels on, ``reset='prior'`` or ``'moment-matched'`` with an integer ``n_hypotheses``, one row
+    per step, and a base filter whose single-belief step :func:`plan_for` gives to the LoFi
+    (``'prior'`` only: LoFi has no moment match), diagonal, full or factored kernel (its dynamics and
+    a built-in robust weighting — BOCD over WoLF — included; any likelihood the kernels have); the
     mixture's belief on the CPU in the prior's dtype. ``reset='ou'`` (``threshold``) and
     ``'cpp-ou'`` (the ``υ`` of ``grid``): :class:`ReversionPlan`, when it serves them."""
     if reset in ("ou", "cpp-ou"):
         return _reversion_plan_for(parts, mixture, prior_belief, batch_size, hazard, n_hypotheses, reset, threshold,
                                    weighted_evidence, grid)
-    if not enabled() or reset != "prior" or n_hypotheses is None or batch_size != 1:
+    if not enabled() or reset not in ("prior", "moment-matched") or n_hypotheses is None or batch_size != 1:
         return None
     if mixture.log_weights is None:
         return None
+    moment_matched = reset == "moment-matched"
     plan = plan_for(parts, FilterState(prior_belief, None, 0), None)
-    if type(plan) not in (LoFiPlan, DiagonalPlan, FullPlan, FactoredPlan) \
-            or type(plan.likelihood) is MomentMatchedCategorical:
-        return None  # (the moment-matched likelihood's log predictive is its Gaussian's, not the probit)
+    if type(plan) not in ((DiagonalPlan, FullPlan, FactoredPlan) if moment_matched
+                          else (LoFiPlan, DiagonalPlan, FullPlan, FactoredPlan)):
+        return None
     mean = mixture.belief.mean
     if mean.dim() != 2 or not mean.is_cpu or mean.dtype != prior_belief.mean.dtype:
         return None
@@ -1508,10 +1515,11 @@ def runlength_plan_for(parts, mixture, prior_belief, batch_size, *, hazard, n_hy
     known = _RUNLENGTH_PLANS.get(parts.adapter)
     if type(known) is RunLengthPlan and known.base is plan and known.prior_belief is prior_belief \
             and known.hazard == hazard \
-            and known.n_keep == int(n_hypotheses) and known.weighted_evidence == bool(weighted_evidence):
+            and known.n_keep == int(n_hypotheses) and known.weighted_evidence == bool(weighted_evidence) \
+            and known.moment_matched == moment_matched:
         return known
     _RUNLENGTH_PLANS[parts.adapter] = known = RunLengthPlan(plan, prior_belief, hazard, n_hypotheses,
-                                                            weighted_evidence)
+                                                            weighted_evidence, moment_matched)
     return known
 
 
@@ -1521,13 +1529,12 @@ def _reversion_plan_for(parts, mixture, prior_belief, batch_size, hazard, n_hypo
     per step, one hypothesis, a base filter whose single-belief step :func:`plan_for` gives to the
     LoFi (diagonal), the VD/FD-EKF or the full-covariance kernel — its dynamics (decay, one
     process-noise value) and a built-in robust weighting (BOCD over WoLF, ``weighted_evidence``
-    either way) included —, a likelihood whose log predictive the kernels have (not the
-    moment-matched one), a CPU mixture in the prior's dtype, a ``grid`` decreasing from 1 to 0 or
+    either way) included —, a CPU mixture in the prior's dtype, a ``grid`` decreasing from 1 to 0 or
     more (:data:`~skfilter.runlength.CPP_GRID`); else None (the factored structures: the engine)."""
     if not enabled() or batch_size != 1 or n_hypotheses != 1 or mixture.log_weights is None:
         return None
     plan = plan_for(parts, FilterState(prior_belief, None, 0), None)
-    if type(plan) not in (LoFiPlan, DiagonalPlan, FullPlan) or type(plan.likelihood) is MomentMatchedCategorical:
+    if type(plan) not in (LoFiPlan, DiagonalPlan, FullPlan):
         return None
     if parts.reference is None:
         return None

@@ -337,24 +337,43 @@ def test_interrupt_between_kernel_calls_keeps_the_rows_learned():
     lambda: BOCDRegressor(LoFiRegressor(hidden_layer_sizes=(5,), rank=2), n_hypotheses=None),
     lambda: BOCDRegressor(LoFiRegressor(hidden_layer_sizes=(5,), rank=2, batch_size=2)),
     lambda: BOCDRegressor(LoFiRegressor(hidden_layer_sizes=(5,), rank=2, variant="spherical")),
-    lambda: BOCDRegressor(HiLoFiRegressor(hidden_layer_sizes=(5,), hidden_rank=2), reset="moment-matched",
-                          n_hypotheses=2),
-], ids=["ou", "exact", "batches", "spherical", "hilofi-moment-matched"])
+    lambda: BOCDRegressor(EKFRegressor(hidden_layer_sizes=(5,), covariance="vd", batch_size=2),
+                          reset="moment-matched", n_hypotheses=2),
+], ids=["ou", "exact", "batches", "spherical", "vd-moment-matched-batches"])
 def test_what_the_kernel_does_not_serve_runs_on_the_engine(make):
     X, y = _stream("regression", n=30)
     used = AssertionError("kernel used")
     with mock.patch.object(stepping, "lofi_runlength_rows", side_effect=used), \
+            mock.patch.object(stepping, "diagonal_runlength_rows", side_effect=used), \
             mock.patch.object(stepping, "factored_runlength_rows", side_effect=used):
         est = make().fit(X, y)
     assert est.n_samples_seen_ == 30
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.sampled_from([-np.inf, -3.0, -1.0, -1.0, 0.0, -2.5]), min_size=1, max_size=9),
-       st.integers(0, 10), st.randoms(use_true_random=False))
+def test_lofi_has_no_moment_matched_reset_on_either_path():
+    """LoFi has no moment match: the compiled run-length step does not take it, and the engine
+    raises as it always has."""
+    X, y = _stream("regression", n=10)
+    make = lambda: BOCDRegressor(BASES["lofi"]("reg"), reset="moment-matched", n_hypotheses=2)  # noqa: E731
+    with mock.patch.object(stepping, "lofi_runlength_rows", side_effect=AssertionError("kernel used")):
+        with pytest.raises(NotImplementedError, match="moment"):
+            make().fit(X, y)
+
+
+#: log weights for the keep-order checks: exact ties, near-ties within the grid of ``2⁻³⁰``
+#: (``KEEP_GRID``; they rank as tied), and neighbours a few grid steps apart (they do not)
+_NEAR = 2.0 ** -30
+_LOG_WEIGHTS = [-np.inf, -3.0, -1.0, -1.0, 0.0, -2.5, -1.0 + 1e-13, -1.0 - 3e-12, -1.0 + 0.4 * _NEAR,
+                -1.0 + 3 * _NEAR, -1.0 - 2 * _NEAR, np.log(1 / 9), np.log(0.1) + np.log(10 / 9) - 1e-15]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.sampled_from(_LOG_WEIGHTS), min_size=1, max_size=9), st.integers(0, 10),
+       st.randoms(use_true_random=False))
 def test_keep_order_is_the_engines_choice(log_post, n_keep, rnd):
     """The kernel keeps the same hypotheses in the same order as the engine's ``_keep``: finite
-    weights, decreasing, ties to the longer run, at most ``n_keep``."""
+    weights, decreasing on the grid of ``KEEP_GRID`` (near-ties are ties), ties to the longer run,
+    at most ``n_keep``."""
     runs = list(range(len(log_post)))
     rnd.shuffle(runs)
     lp = np.array(log_post)
@@ -362,6 +381,20 @@ def test_keep_order_is_the_engines_choice(log_post, n_keep, rnd):
     count = keep_order(lp, np.array(runs, dtype=np.int64), len(lp), n_keep, out)
     expected = runlength._keep(torch.tensor(lp), torch.tensor(runs), n_keep)
     assert out[:count].tolist() == expected.tolist()
+
+
+def test_near_tied_weights_go_to_the_longer_run():
+    """Weights equal to the last bits rank as tied (the longer run first) on both paths, whichever
+    is larger after rounding; weights a few grid steps apart do not."""
+    for lp in ([-1.0 - 1e-13, -1.0], [-1.0, -1.0 - 1e-13]):
+        runs = [5, 0]
+        expected = runlength._keep(torch.tensor(lp, dtype=torch.float64), torch.tensor(runs), 1)
+        out = np.empty(2, dtype=np.int64)
+        assert keep_order(np.array(lp), np.array(runs, dtype=np.int64), 2, 1, out) == 1
+        assert expected.tolist() == [0] and out[0] == 0
+    lp = [-1.0 - 4 * _NEAR, -1.0]
+    assert runlength._keep(torch.tensor(lp, dtype=torch.float64), torch.tensor([5, 0]), 1).tolist() == [1]
+    assert runlength._most_probable(torch.tensor([-1.0 - 1e-13, -1.0], dtype=torch.float64)) == 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -531,6 +564,72 @@ def test_reversion_over_wolf_on_the_kernel_equals_the_engine(base, weighting, re
     _close(np.nan_to_num(p), np.nan_to_num(p_ref))
 
 
+# RL[K]-MMPR (reset='moment-matched') over the diagonal, full and factored kernels, and the
+# moment-matched categorical likelihood's evidence
+# ---------------------------------------------------------------------------------------------
+MM_BASES = ["full", "vd", "fd", "hilofi", "lrkf"]
+#: rows of the moment-matched streams: fewer over the factored structures, whose engine step (a QR
+#: or SVD per candidate and for the matched prior) is the slow side of the comparison
+MM_ROWS = {"hilofi": 44, "lrkf": 44}
+
+
+def _mm_estimator(base, kind, K, **kw):
+    if kind == "regression":
+        return BOCDRegressor(BASES[base]("reg", **kw), n_hypotheses=K, hazard=0.1, reset="moment-matched")
+    return BOCDClassifier(BASES[base]("clf", **kw), n_hypotheses=K, hazard=0.1, reset="moment-matched")
+
+
+@pytest.mark.parametrize("K", [1, 4])
+@pytest.mark.parametrize("kind", ["regression", "binary", "multiclass"])
+@pytest.mark.parametrize("base", MM_BASES)
+def test_moment_matched_reset_on_the_kernel_equals_the_engine(base, kind, K):
+    """The changepoint candidate from the matched mixture of the kept (predicted) beliefs, on every
+    row in the kernel: the run lengths (whose weights tie to the last bits: all hypotheses learn the
+    same belief here, so only the hazard weighs them), weights, beliefs, noise states ('auto' noise),
+    evidence and predictions equal the engine's; with ``K = 4`` the cut is active from the fourth
+    row and changepoints are kept."""
+    X, y = _stream(kind, n=MM_ROWS.get(base, 70))
+    fit_kw = {} if kind == "regression" else {"classes": np.unique(y)}
+    est, ref, p, p_ref = _fit_both(lambda: _mm_estimator(base, kind, K, process_noise=1e-3), X, y, **fit_kw)
+    _assert_same_mixture(est, ref)
+    _close(np.nan_to_num(p), np.nan_to_num(p_ref))
+    if K == 4:
+        runs = est.runlength_state_.run_lengths.tolist()
+        assert len(runs) == 4 and min(runs) < len(y) // 2
+    if kind == "regression":
+        ma, sa = est.predict(X[:5], return_std=True)
+        mb, sb = ref.predict(X[:5], return_std=True)
+        _close(ma, mb)
+        _close(sa, sb)
+    else:
+        _close(est.predict_proba(X[:5]), ref.predict_proba(X[:5]))
+
+
+@pytest.mark.parametrize("base", MM_BASES)
+def test_moment_matched_reset_of_distinct_hypotheses(base):
+    """Hypotheses that hold different beliefs (learned under ``reset='prior'`` first): the matched
+    prior's spread ``Σ_k w_k d_k d_kᵀ`` and the base's decay and process noise count, and the
+    kernel's mixture still equals the engine's."""
+    X, y = _stream("regression", n=MM_ROWS.get(base, 70))
+    split = 20
+
+    def fit(est):
+        est.fit(X[:split], y[:split])
+        est.set_params(reset="moment-matched")
+        return est.prequential_fit_predict(X[split:], y[split:])
+
+    make = lambda: BOCDRegressor(BASES[base]("reg", decay=0.995, process_noise=1e-3), n_hypotheses=4,  # noqa: E731
+                                 hazard=0.1)
+    with compiled_kernels(False):
+        ref = make()
+        p_ref = fit(ref)
+    with mock.patch.object(runlength, "runlength_step", side_effect=AssertionError("the engine's step ran")):
+        est = make()
+        p = fit(est)
+    _assert_same_mixture(est, ref)
+    _close(np.nan_to_num(p), np.nan_to_num(p_ref))
+
+
 @pytest.mark.parametrize("base, reset", [("lofi", "ou"), ("lofi", "cpp-ou"), ("vd", "ou"), ("full", "ou"),
                                          ("full", "cpp-ou")])
 def test_reversion_with_base_dynamics_on_the_kernel_equals_the_engine(base, reset):
@@ -602,3 +701,54 @@ def test_reversion_full_ekf_diagonal_prior_shortcut_is_the_general_path(monkeypa
 
     monkeypatch.setattr(stepping.RunLengthPlan, "_pool", general)
     _assert_same_mixture(make().fit(X, y), short, rtol=1e-12)
+
+
+@pytest.mark.parametrize("base", ["full", "hilofi"])
+def test_moment_matched_reset_one_row_calls_equal_one_call(base):
+    X, y = _stream("regression", n=40)
+    whole = _mm_estimator(base, "regression", 4).fit(X, y)
+    rows = _mm_estimator(base, "regression", 4)
+    for i in range(len(y)):
+        rows.partial_fit(X[i:i + 1], y[i:i + 1])
+    _assert_same_mixture(rows, whole, rtol=1e-9)
+
+
+@pytest.mark.parametrize("base", ["full", "vd", "hilofi"])
+def test_moment_matched_reset_stiff_row_is_handed_to_the_engine(base):
+    """A stiff row under the matched reset: the kernel stops before it with the mixture as it was
+    (over the full EKF the matched prior was written into the free slot only), the engine does it
+    (or raises as it does on its own) and the kernel goes on after it."""
+    X, y = _stream("regression", n=40)
+    X[20] = 1e7
+    outcomes = []
+    for on in (False, True):
+        est = _mm_estimator(base, "regression", 3, obs_variance=0.01, prior_variance=1.0)
+        before = stepping.handed_back()
+        with compiled_kernels(on):
+            try:
+                est.fit(X, y)
+                outcomes.append((est, None))
+            except FilterStepError as exc:
+                outcomes.append((est, str(exc)))
+        if on:
+            assert stepping.handed_back() > before
+    (ref, msg_ref), (est, msg) = outcomes
+    assert msg == msg_ref
+    _assert_same_mixture(est, ref, rtol=1e-8)
+
+
+@pytest.mark.parametrize("base, kind, reset", [("lofi", "binary", "prior"), ("lofi", "multiclass", "prior"),
+                                               ("full", "binary", "prior"), ("full", "multiclass", "prior"),
+                                               ("vd", "multiclass", "moment-matched"),
+                                               ("lofi", "multiclass", "ou")])
+def test_moment_matched_likelihood_on_the_kernel_equals_the_engine(base, kind, reset):
+    """The moment-matched categorical likelihood's evidence is its Gaussian's,
+    ``log N(y; m, G J Σ⁻ Jᵀ Gᵀ + R)`` (not the probit): the kernel's equals the engine's."""
+    X, y = _stream(kind)
+    dynamics = {} if reset == "ou" else {"process_noise": 1e-3}  # (OU over LoFi: compiled with static dynamics)
+    make = lambda: BOCDClassifier(BASES[base]("clf", likelihood="moment-matched", **dynamics),  # noqa: E731
+                                  n_hypotheses=1 if reset == "ou" else 3, hazard=0.05, reset=reset)
+    est, ref, p, p_ref = _fit_both(make, X, y, classes=np.unique(y))
+    _assert_same_mixture(est, ref)
+    _close(p, p_ref)
+    _close(est.predict_proba(X[:5]), ref.predict_proba(X[:5]))

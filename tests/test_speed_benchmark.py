@@ -139,11 +139,13 @@ def test_runlength_section():
     by = {r["config"]: r for r in rows}
     for r in rows:
         assert r["section"] == "runlength" and _finite(r["value"]) and r["unit"] == "µs/step" and r["n_params"] == 501
-    for base in speed.RUNLENGTH_BASES:
+    for base in speed.RUNLENGTH_BASES + speed.RUNLENGTH_MM_ONLY_BASES:
         for K in speed.RUNLENGTH_KS:
-            r = by[f"BOCD K={K} over {base}"]
-            assert r["ref"] == f"{base} step" and r["target_ratio"] == pytest.approx(1.3 * (K + 1))
-            assert r["ratio"] == pytest.approx(r["times"][0] / by[r["ref"]]["times"][0])
+            for name in [f"BOCD K={K} over {base}"] + ([f"BOCD mm K={K} over {base}"]
+                                                       if base in speed.RUNLENGTH_MM_BASES else []):
+                r = by[name]
+                assert r["ref"] == f"{base} step" and r["target_ratio"] == pytest.approx(1.3 * (K + 1))
+                assert r["ratio"] == pytest.approx(r["times"][0] / by[r["ref"]]["times"][0])
     for base in speed.RUNLENGTH_RESET_BASES:  # one hypothesis shrunk towards the prior: K = 1
         for reset in speed.RUNLENGTH_RESETS:
             r = by[f"BOCD {reset} over {base}"]

@@ -109,8 +109,9 @@ SECTIONS = {
     "concrete": "µs/step of EKF full/VD/FD and LoFi r10 (+ adaptive noise, + process noise), MLP 8-50-1, P=501",
     "streaming": "predict + partial_fit one row per call (LoFi r10, MLPRegressor), overhead over the in-loop step",
     "calls": "later calls with default parameters; one-row calls (LoFi, WoLF, BOCD, river) vs the in-call row",
-    "runlength": ("BOCD (RL[K]-PR, K = 1 and 10) over LoFi r10, the full EKF and HiLoFi r10; ou/cpp-ou over LoFi r10, "
-                  "the full EKF and the VD-EKF; µs/step vs the base step"),
+    "runlength": ("BOCD (RL[K]-PR, K = 1 and 10) over LoFi r10, the full EKF, HiLoFi r10 and the VD-EKF; RL[K]-MMPR "
+                  "(mm) over the last three; ou/cpp-ou over LoFi r10, the full EKF and the VD-EKF; µs/step vs the "
+                  "base step"),
     "digits": "LoFiClassifier().fit vs MLPClassifier().fit on digits",
     "digits-ekf": "EKFClassifier().fit on digits (P=3,760) vs its BLAS floor (slow: ~1 min)",
     "mnist": "LoFi r10 at P=648,010 (784-500-500-10), ms/step, page faults (slow on a CPU)",
@@ -375,22 +376,31 @@ RUNLENGTH_TARGET_FACTOR = 1.3
 
 #: the ``runlength`` section's other resets (one hypothesis, shrunk towards the prior) and their bases
 RUNLENGTH_RESETS = ("ou", "cpp-ou")
-RUNLENGTH_RESET_BASES = ("LoFi r10", "EKF full", "EKF VD")
-#: the bases of the resets' rows not among :data:`RUNLENGTH_BASES` (their step rows come after those)
-_RESET_ONLY_BASES = tuple(b for b in RUNLENGTH_RESET_BASES if b not in RUNLENGTH_BASES)
+RUNLENGTH_RESET_BASES = ("LoFi r10", "EKF full", "EKF vd")
+#: the bases of the moment-matched reset's rows (RL[K]-MMPR, each ``K`` of :data:`RUNLENGTH_KS`; LoFi
+#: has no moment match), and the bases timed for them only (step and RL[K]-PR rows, for comparison)
+RUNLENGTH_MM_BASES = ("EKF full", "EKF vd", "HiLoFi r10")
+RUNLENGTH_MM_ONLY_BASES = tuple(b for b in RUNLENGTH_MM_BASES if b not in RUNLENGTH_BASES)
 
 
 def _runlength_name(base, K=None, reset="prior"):
     """The ``runlength`` section's row of a base filter (``K`` None) or of BOCD with ``K`` over it
-    (``reset`` other than ``'prior'``: ``K = 1``, named by the reset)."""
+    (the resets of :data:`RUNLENGTH_RESETS`: ``K = 1``, named by the reset; ``'moment-matched'``:
+    ``BOCD mm K=… over …``)."""
+    if reset == "moment-matched":
+        return f"BOCD mm K={K} over {base}"
     if reset != "prior":
         return f"BOCD {reset} over {base}"
     return f"{base} step" if K is None else f"BOCD K={K} over {base}"
 
 
-RUNLENGTH_ROWS_NAMES = (tuple(_runlength_name(b, k) for b in RUNLENGTH_BASES for k in (None, *RUNLENGTH_KS))
-                        + tuple(_runlength_name(b) for b in _RESET_ONLY_BASES)
-                        + tuple(_runlength_name(b, 1, r) for b in RUNLENGTH_RESET_BASES for r in RUNLENGTH_RESETS))
+#: ``(base, K, reset)`` of the ``runlength`` section's rows, in order (``K`` None: the base's step;
+#: every base of the resets' rows has its step among the first rows)
+RUNLENGTH_CASES = ([(b, k, "prior") for b in RUNLENGTH_BASES + RUNLENGTH_MM_ONLY_BASES
+                    for k in (None, *RUNLENGTH_KS)]
+                   + [(b, 1, r) for b in RUNLENGTH_RESET_BASES for r in RUNLENGTH_RESETS]
+                   + [(b, k, "moment-matched") for b in RUNLENGTH_MM_BASES for k in RUNLENGTH_KS])
+RUNLENGTH_ROWS_NAMES = tuple(_runlength_name(*case) for case in RUNLENGTH_CASES)
 
 
 def section_workloads(configs=None, mnist_configs=None) -> dict:
@@ -828,13 +838,14 @@ def time_calls(stream, n_rows=DEFAULT_N_ROWS, repeats=5, device="cpu", dtype="fl
 
 
 def time_runlength(stream, n_rows=RUNLENGTH_ROWS, repeats=5, device="cpu", dtype="float64", seed=0) -> list:
-    """The ``runlength`` section: µs/step of LoFi r10, of the full EKF and of HiLoFi r10 (regressors,
-    default parameters otherwise, MLP 8-50-1) and of ``BOCDRegressor(base, n_hypotheses=K)`` for each ``K``
-    of :data:`RUNLENGTH_KS` (hazard 0.01, ``reset='prior'``), each a later ``partial_fit`` of
-    ``n_rows`` rows, timed round-robin (:func:`interleave`); each BOCD row's ``ratio`` is the median of
-    the rounds' ratios to its base's step, beside the target ``1.3 × (K + 1)``. The resets of
-    :data:`RUNLENGTH_RESETS` (``K = 1``) over each of :data:`RUNLENGTH_RESET_BASES` (the VD-EKF's step
-    timed for them) likewise."""
+    """The ``runlength`` section: µs/step of LoFi r10, of the full EKF, of HiLoFi r10 and of the
+    VD-EKF (regressors, default parameters otherwise, MLP 8-50-1) and of
+    ``BOCDRegressor(base, n_hypotheses=K)`` for each ``K`` of :data:`RUNLENGTH_KS` (hazard 0.01,
+    ``reset='prior'``), each a later ``partial_fit`` of ``n_rows`` rows, timed round-robin
+    (:func:`interleave`); each BOCD row's ``ratio`` is the median of the rounds' ratios to its base's
+    step, beside the target ``1.3 × (K + 1)``. The resets of :data:`RUNLENGTH_RESETS` (``K = 1``)
+    over each of :data:`RUNLENGTH_RESET_BASES`, and ``reset='moment-matched'`` over
+    :data:`RUNLENGTH_MM_BASES` (each ``K``) likewise (:data:`RUNLENGTH_CASES`)."""
     from .. import BOCDRegressor, EKFRegressor, HiLoFiRegressor, LoFiRegressor
 
     bases = {"LoFi r10": lambda: LoFiRegressor(hidden_layer_sizes=(50,), rank=10, device=device, dtype=dtype,
@@ -843,14 +854,12 @@ def time_runlength(stream, n_rows=RUNLENGTH_ROWS, repeats=5, device="cpu", dtype
                                               random_state=seed),
              "HiLoFi r10": lambda: HiLoFiRegressor(hidden_layer_sizes=(50,), hidden_rank=10, device=device,
                                                    dtype=dtype, random_state=seed),
-             "EKF VD": lambda: EKFRegressor(hidden_layer_sizes=(50,), covariance="vd", device=device, dtype=dtype,
+             "EKF vd": lambda: EKFRegressor(hidden_layer_sizes=(50,), covariance="vd", device=device, dtype=dtype,
                                             random_state=seed)}
     Xw, yw = _rows(stream, 0, WARMUP_ROWS)
     Xa, ya = _rows(stream, WARMUP_ROWS, int(n_rows))
     fns, names, n_params = [], [], None
-    cases = [(base, K, "prior") for base in RUNLENGTH_BASES for K in (None, *RUNLENGTH_KS)]
-    cases += [(base, None, "prior") for base in _RESET_ONLY_BASES]
-    cases += [(base, 1, reset) for base in RUNLENGTH_RESET_BASES for reset in RUNLENGTH_RESETS]
+    cases = RUNLENGTH_CASES
     for base, K, reset in cases:
         est = bases[base]() if K is None else BOCDRegressor(bases[base](), n_hypotheses=K, reset=reset)
         est.fit(Xw, yw)
@@ -1172,8 +1181,7 @@ def notes(results, settings, env) -> list:
                 lines.append(f"{name}: {r['value']:.0f} µs/row = {r['ratio']:.2f}× {ref} "
                              f"({by_name[ref]['value']:.0f}; the median of the rounds' ratios){cpu}; "
                              f"target ≤ {target}×: {r['meets_ratio']}.")
-    runlength_rows = [_runlength_name(base, K) for base in RUNLENGTH_BASES for K in RUNLENGTH_KS]
-    runlength_rows += [_runlength_name(base, 1, reset) for base in RUNLENGTH_RESET_BASES for reset in RUNLENGTH_RESETS]
+    runlength_rows = [_runlength_name(*case) for case in RUNLENGTH_CASES if case[1] is not None]
     for name in runlength_rows:
         r = by_name.get(name)
         if r is not None and r.get("ratio") is not None:

@@ -80,14 +80,14 @@ def shrunk_mean_into(mean, ref_mean, g, rho, out):
 
 @njit(cache=True, nogil=True)
 def score_candidates(likelihood, cand_f, cand_quad, n_cand, noise, y1, w1, has_weights, weight_kind, weight_c,
-                     weighted_evidence, tiny, w2, lps):
+                     weighted_evidence, tiny, w2, lps, epsilon):
     """Step 3 of the module docstring: the scores of the first ``n_cand`` candidates' predictives
     ``cand_f (·, 1, C)``, ``cand_quad (·, 1, C, C)`` into ``lps``
     (:func:`~skfilter.kernels.runlength.scored_log_predictive`, all under the hypothesis' ``noise``).
     False when one is not finite (the engine raises there)."""
     for k in range(n_cand):
         lp = scored_log_predictive(likelihood, cand_f[k], cand_quad[k], noise, y1, w1, has_weights, weight_kind,
-                                   weight_c, weighted_evidence, tiny, w2)
+                                   weight_c, weighted_evidence, tiny, w2, epsilon)
         if not np.isfinite(lp):
             return False
         lps[k] = lp
@@ -342,7 +342,7 @@ def lofi_reversion_rows(X, Y, w, has_weights, shapes, offsets, codes, in_scale, 
                         quadu[c, c2] = v2 * quadu[c, c2] + keep * s
         # 3–4. the scores, the choice
         if not score_candidates(likelihood, cand_f, cand_quad, n_cand, noise, y1, w1, has_weights, weight_kind,
-                                weight_c, weighted_evidence, tiny, w2, lps):
+                                weight_c, weighted_evidence, tiny, w2, lps, noise_params[0]):
             return row, REDO_STEP
         g, hard, step_evidence, change = reversion_choice(reset, lps, log_h, log_s, threshold, grid)
         # 5. the start of the step: the prior, the predicted belief, or its shrink (into slot tmp)

@@ -102,7 +102,7 @@ def diagonal_reversion_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_m
                 diagonal_quad_into(J, var_u, cand_quad[u, 0])
         # 3–4. the scores, the choice
         if not score_candidates(likelihood, cand_f, cand_quad, n_cand, noise, y1, w1, has_weights, weight_kind,
-                                weight_c, weighted_evidence, tiny, w2, lps):
+                                weight_c, weighted_evidence, tiny, w2, lps, noise_params[0]):
             return row, REDO_STEP
         g, hard, step_evidence, change = reversion_choice(reset, lps, log_h, log_s, threshold, grid)
         # 5. the start of the step into the first half of slot dest

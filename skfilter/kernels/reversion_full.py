@@ -176,7 +176,7 @@ def full_reversion_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_means
                     _candidate_quad_into(H, raw0[0], 0.0, 0.0, keep, ref_var, cand_quad[u, 0])
         # 3–4. the scores, the choice
         if not score_candidates(likelihood, cand_f, cand_quad, n_cand, noise, y1, w1, has_weights, weight_kind,
-                                weight_c, weighted_evidence, tiny, w2, lps):
+                                weight_c, weighted_evidence, tiny, w2, lps, noise_params[0]):
             return row, REDO_STEP
         g, hard, step_evidence, change = reversion_choice(reset, lps, log_h, log_s, threshold, grid)
         if record:

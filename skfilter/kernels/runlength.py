@@ -1,20 +1,26 @@
-"""Run-length filtering (BOCD, RL[K]-PR) over LoFi, the VD/FD-EKF, the full EKF and the factored covariance
-(LRKF, HiLoFi, LoLoFi), many rows per compiled call (numba).
+"""Run-length filtering (BOCD: RL[K]-PR, RL[K]-MMPR) over LoFi, the VD/FD-EKF, the full EKF and the
+factored covariance (LRKF, HiLoFi, LoLoFi), many rows per compiled call (numba).
 
 The step of :func:`skfilter.runlength.runlength_step` with ``reset='prior'`` (thesis Alg. 8,
-eqs. 3.46–3.53; the corrected line 13) for one row per step, over a compiled filter step:
+eqs. 3.46–3.53; the corrected line 13) or ``reset='moment-matched'`` (Alg. 9, eqs. 3.54–3.57, the
+weights normalised; not over LoFi, which has no moment match) for one row per step, over a
+compiled filter step:
 
 1. candidates: each of the ``K`` kept hypotheses moved by the base's dynamics (``g``, ``q``) and
-   one changepoint candidate from the prior belief (no dynamics) with the noise state of the most
-   probable hypothesis;
+   one changepoint candidate (no dynamics of its own) with the noise state of the most probable
+   hypothesis, from the prior belief (RL[K]-PR) or from the Gaussian of the structure
+   moment-matched to the kept hypotheses' *predicted* beliefs with weights ``softmax(log ν)``
+   (RL[K]-MMPR: :func:`diagonal_moment_match_into`, :func:`full_moment_match_into`,
+   :func:`factored_moment_match_into`, read from the kept slots, written into the candidate's);
 2. each candidate learns the row (:func:`~skfilter.kernels.lofi.lofi_rows`, the diagonal, the
    full or the factored kernel; with the base's robust weighting, WoLF, as there), recording its prior predictive
    ``f``, ``J Σ⁻ Jᵀ`` and noise;
 3. its log predictive density of the row (:func:`log_predictive_row`: the likelihoods'
-   ``log_predictive``; under a robust weighting with ``R / W²`` when the evidence is weighted),
-   times the row's sample weight;
+   ``log_predictive``, the moment-matched categorical's a Gaussian's; under a robust weighting with
+   ``R / W²`` when the evidence is weighted), times the row's sample weight;
 4. log joints ``ℓ_k + log ν(k) + log(1 − H)`` and ``ℓ₀ + log H``; their log-sum-exp is the row's
-   evidence; the ``K`` largest (ties: the longer run) are kept (:func:`keep_order`) and renormalised.
+   evidence; the ``K`` largest are kept (:func:`keep_order`: ranked on a grid of ``2⁻³⁰`` in
+   ``log ν``, ties to the longer run) and renormalised.
 
 **No belief is copied per step.** Beliefs live in a pool of ``2K + 1`` slots. The kept hypotheses
 are a list of slot indices; each candidate reads its source slot (or the prior) and writes a free
@@ -25,7 +31,8 @@ slots of the kept hypotheses are never written, and the caller redoes the row on
 Over the full EKF (:func:`full_runlength_rows`) a ``P × P`` covariance is too large to write for
 a candidate that may be dropped: every candidate is checked first and only the kept ones are
 written, each hypothesis in place in its own slot (``K + 1`` slots), with the next row's read of
-``Σ`` in the same pass.
+``Σ`` in the same pass. Its moment-matched changepoint prior is written (with its ``J Σ̄``) into the
+one slot no hypothesis holds, and updated there in place when kept.
 """
 
 from __future__ import annotations
@@ -36,9 +43,9 @@ import numpy as np
 from numba import njit
 
 from .linalg import cholesky_into, solve_lower
-from .observations import robust_step_weights
+from .observations import MOMENT_MATCHED_LIKELIHOOD, robust_step_weights
 from .diagonal import diagonal_rows
-from .factored import factored_rows
+from .factored import CHOLESKY, CHOLESKY_EXACT_NOISE, best_rank_into, block_view, factored_rows, qr_factor_into
 from .full import full_linearise, full_solve, full_step_buffers, full_write, full_write_read
 from .lofi import DONE, REDO_STEP, lofi_rows
 
@@ -46,6 +53,13 @@ from .lofi import DONE, REDO_STEP, lofi_rows
 _GAUSSIAN, _BERNOULLI = 0, 1
 
 _LOG_2PI = math.log(2.0 * math.pi)
+
+#: the hypotheses are ranked by their log weights rounded to multiples of ``1 / KEEP_GRID``
+#: (:func:`weight_key`): weights equal to ~1e-9 relative count as tied (and go to the longer run), so
+#: that rounding does not decide between candidates whose weights agree in exact arithmetic (the
+#: moment-matched changepoint candidate and a continuing hypothesis can: both paths then keep the
+#: same run lengths)
+KEEP_GRID = 2.0 ** 30
 
 
 @njit(cache=True, nogil=True)
@@ -88,58 +102,105 @@ def _probit_log_probability(likelihood, f, quad, y, tiny):
 
 
 @njit(cache=True, nogil=True)
-def log_predictive_row(likelihood, f, quad, noise, y, tiny, inflate):
+def _gaussian_log_density(e, S, tiny):
+    """``log N(e; 0, S)`` of a residual ``e (C,)`` (``S`` overwritten): one output with the variance
+    floored at ``tiny``, else by the Cholesky factor of ``S`` — NaN when it is not positive definite
+    (:meth:`skfilter.likelihoods.Likelihood.log_predictive`)."""
+    C = e.shape[0]
+    if C == 1:
+        v = max(S[0, 0], tiny)
+        return -0.5 * (e[0] * e[0] / v + math.log(v) + _LOG_2PI)
+    Lc = np.empty((C, C), dtype=S.dtype)
+    if not cholesky_into(S, Lc):
+        return np.nan
+    solve_lower(Lc, e)
+    out = 0.0
+    for c in range(C):
+        out += e[c] * e[c] + 2.0 * math.log(Lc[c, c])
+    return -0.5 * (out + C * _LOG_2PI)
+
+
+@njit(cache=True, nogil=True)
+def _moment_matched_predictive(f, quad, y, epsilon, inflate, e, S):
+    """The predictive of :class:`~skfilter.likelihoods.MomentMatchedCategorical` (its inherited
+    ``log_predictive``) into ``e``, ``S``: the mean ``m = softmax(f)`` (``σ(f)`` for one logit), the
+    residual ``e = y − m`` and ``S = G (J Σ⁻ Jᵀ) Gᵀ + R`` with ``G = diag(m) − m mᵀ`` (``m(1 − m)``),
+    ``R = G + ε I``; with a robust weight ``W``, ``+ (1/W² − 1) R`` (``inflate``)."""
+    C = f.shape[0]
+    m = np.empty(C, dtype=S.dtype)
+    if C == 1:
+        m[0] = 1.0 / (1.0 + math.exp(-f[0]))
+    else:
+        top = f[0]
+        for c in range(1, C):
+            top = max(top, f[c])
+        total = 0.0
+        for c in range(C):
+            m[c] = math.exp(f[c] - top)
+            total += m[c]
+        for c in range(C):
+            m[c] /= total
+    G = np.empty((C, C), dtype=S.dtype)
+    for a in range(C):
+        e[a] = y[a] - m[a]
+        for b in range(C):
+            G[a, b] = (m[a] if a == b else 0.0) - m[a] * m[b]
+    GQ = np.dot(G, np.ascontiguousarray(quad))
+    for a in range(C):
+        for b in range(C):
+            t = 0.0
+            for c in range(C):
+                t += GQ[a, c] * G[b, c]
+            R = G[a, b] + (epsilon if a == b else 0.0)
+            S[a, b] = t + R
+            if inflate != 0.0:
+                S[a, b] += R * inflate
+
+
+@njit(cache=True, nogil=True)
+def log_predictive_row(likelihood, f, quad, noise, y, tiny, inflate, epsilon):
     """``log p(y | D)`` of one row under a candidate's linearised prior predictive
     (:meth:`skfilter.likelihoods.Likelihood.log_predictive`): Gaussian ``log N(y; f, J Σ⁻ Jᵀ + diag(r))``
     (thesis eq. 3.51; ``noise`` the variances ``r`` before the step; with a robust weight ``W`` the
-    weighted likelihood's ``R / W²``: ``R`` plus ``inflate = 1/W² − 1`` times ``R``), the
-    classifiers' probit probability of the observed class (:func:`_probit_log_probability`).
-    Returns NaN when the Gaussian predictive covariance is not positive definite."""
+    weighted likelihood's ``R / W²``: ``R`` plus ``inflate = 1/W² − 1`` times ``R``); the
+    moment-matched categorical's Gaussian ``log N(y; m, G J Σ⁻ Jᵀ Gᵀ + R)`` (jitter ``epsilon``,
+    :func:`_moment_matched_predictive`); the other classifiers' probit probability of the observed
+    class (:func:`_probit_log_probability`). Returns NaN when a Gaussian predictive covariance is not
+    positive definite."""
     C = f.shape[0]
-    if likelihood != _GAUSSIAN:
+    if likelihood != _GAUSSIAN and likelihood != MOMENT_MATCHED_LIKELIHOOD:
         return _probit_log_probability(likelihood, f, quad, y, tiny)
-    if C == 1:
-        v = quad[0, 0] + noise[0]
-        if inflate != 0.0:
-            v += noise[0] * inflate
-        v = max(v, tiny)
-        e = y[0] - f[0]
-        return -0.5 * (e * e / v + math.log(v) + _LOG_2PI)
     S = np.empty((C, C), dtype=f.dtype)
+    e = np.empty(C, dtype=f.dtype)
+    if likelihood == MOMENT_MATCHED_LIKELIHOOD:
+        _moment_matched_predictive(f, quad, y, epsilon, inflate, e, S)
+        return _gaussian_log_density(e, S, tiny)
     for a in range(C):
+        e[a] = y[a] - f[a]
         for b in range(C):
             S[a, b] = quad[a, b]
         S[a, a] += noise[a]
         if inflate != 0.0:
             S[a, a] += noise[a] * inflate
-    Lc = np.empty((C, C), dtype=f.dtype)
-    if not cholesky_into(S, Lc):
-        return np.nan
-    z = np.empty(C, dtype=f.dtype)
-    for c in range(C):
-        z[c] = y[c] - f[c]
-    solve_lower(Lc, z)
-    out = 0.0
-    for c in range(C):
-        out += z[c] * z[c] + 2.0 * math.log(Lc[c, c])
-    return -0.5 * (out + C * _LOG_2PI)
+    return _gaussian_log_density(e, S, tiny)
 
 
 @njit(cache=True, nogil=True)
 def scored_log_predictive(likelihood, f, quad, noise, y1, w1, has_weights, weight_kind, weight_c, weighted_evidence,
-                          tiny, w2):
+                          tiny, w2, epsilon):
     """A candidate's score of one row (thesis eq. 3.51): :func:`log_predictive_row` of ``y1[0]``
     under its prior predictive ``f (1, C)``, ``quad (1, C, C)`` and noise variances ``noise``
     (before the step), times the row's sample weight ``w1[0]``; with a robust weighting
     (``weight_kind > 0``) and ``weighted_evidence``, under ``R / W²``, ``W`` the candidate's robust
     weight from that predictive (:func:`~skfilter.kernels.observations.robust_step_weights`, into
-    the work array ``w2``). NaN when a predictive covariance is not positive definite."""
+    the work array ``w2``; ``epsilon``: the moment-matched likelihood's, see :func:`log_predictive_row`).
+    NaN when a predictive covariance is not positive definite."""
     inflate = 0.0
     if weighted_evidence and weight_kind > 0:
         if not robust_step_weights(weight_kind, weight_c, f, y1, w1, False, noise, quad, w2):
             return np.nan
         inflate = 1.0 / max(w2[0], tiny) - 1.0
-    lp = log_predictive_row(likelihood, f[0], quad[0], noise, y1[0], tiny, inflate)
+    lp = log_predictive_row(likelihood, f[0], quad[0], noise, y1[0], tiny, inflate, epsilon)
     if has_weights:
         lp = lp * w1[0]
     return lp
@@ -161,19 +222,29 @@ def logsumexp(x, n):
 
 
 @njit(cache=True, nogil=True)
+def weight_key(log_weight):
+    """The log weight on the grid the hypotheses are ranked on, ``⌊log ν · KEEP_GRID + ½⌋``
+    (:data:`KEEP_GRID`): weights within ~1e-9 relative of each other share it. ``−∞`` and NaN stay so."""
+    return math.floor(log_weight * KEEP_GRID + 0.5)
+
+
+@njit(cache=True, nogil=True)
 def keep_order(log_post, run_lengths, n, n_keep, out):
-    """Indices of the kept candidates among the first ``n`` into ``out``, in decreasing weight (ties:
-    the longer run first), finite weights only, at most ``n_keep`` (``< 0``: all) — the order of
-    :func:`skfilter.runlength._keep`. Returns their count."""
+    """Indices of the kept candidates among the first ``n`` into ``out``, finite weights only, at
+    most ``n_keep`` (``< 0``: all), ranked by :func:`weight_key` (decreasing), then by run length
+    (the longer first), then by index — the order of :func:`skfilter.runlength._keep`. Returns their
+    count."""
     count = 0
     for i in range(n):
         if not np.isfinite(log_post[i]):
             continue
-        # insertion into the sorted prefix
+        key = weight_key(log_post[i])
+        # insertion into the sorted prefix (after every candidate that ranks as high)
         j = count
         while j > 0:
             prev = out[j - 1]
-            if log_post[prev] > log_post[i] or (log_post[prev] == log_post[i] and run_lengths[prev] >= run_lengths[i]):
+            prev_key = weight_key(log_post[prev])
+            if prev_key > key or (prev_key == key and run_lengths[prev] >= run_lengths[i]):
                 break
             out[j] = prev
             j -= 1
@@ -202,23 +273,152 @@ def _free_slots(slots, K, used, dest):
 
 @njit(cache=True, nogil=True)
 def _most_probable(log_weights, K):
-    """Index of the largest of the ``K`` log weights (the first on ties)."""
+    """Index of the most probable of the ``K`` hypotheses: the largest :func:`weight_key` of their
+    log weights, the first on ties (:func:`skfilter.runlength._most_probable`)."""
     best = 0
+    best_key = weight_key(log_weights[0])
     for k in range(1, K):
-        if log_weights[k] > log_weights[best]:
-            best = k
+        key = weight_key(log_weights[k])
+        if key > best_key:
+            best, best_key = k, key
     return best
+
+
+@njit(cache=True, nogil=True)
+def mixture_weights(log_weights, K, out):
+    """The normalised weights ``w_k = softmax(log ν)_k`` of the ``K`` kept hypotheses into ``out``:
+    the weights of the moment-matched reset (thesis eqs. 3.55–3.56, normalised;
+    :meth:`skfilter.posteriors.Structure.moment_match`)."""
+    top = log_weights[0]
+    for k in range(1, K):
+        top = max(top, log_weights[k])
+    total = 0.0
+    for k in range(K):
+        out[k] = math.exp(log_weights[k] - top)
+        total += out[k]
+    for k in range(K):
+        out[k] /= total
+
+
+@njit(cache=True, nogil=True)
+def diagonal_moment_match_into(means, variances, slots, weights, K, g, q, mean_out, var_out):
+    """RL-MMPR's changepoint prior over the diagonal (thesis eqs. 3.55–3.57 projected on diagonal
+    Gaussians, :meth:`skfilter.posteriors.DiagonalCovariance.moment_match`): the mixture of the ``K``
+    hypotheses' *predicted* beliefs ``N(g μ_k, diag(g² v_k + q))`` (slots ``slots`` of ``means``,
+    ``variances (S, P)``) with weights ``w``, ``μ̄ = Σ_k w_k g μ_k`` and
+    ``v̄ = Σ_k w_k (g² v_k + q + (g μ_k − μ̄)²)``, into ``mean_out``, ``var_out``."""
+    g2 = g * g
+    for j in range(mean_out.shape[0]):
+        mu = 0.0
+        for k in range(K):
+            mu += weights[k] * (g * means[slots[k], j])
+        v = 0.0
+        for k in range(K):
+            dk = g * means[slots[k], j] - mu
+            v += weights[k] * (g2 * variances[slots[k], j] + q + dk * dk)
+        mean_out[j] = mu
+        var_out[j] = v
+
+
+@njit(cache=True, nogil=True)
+def moment_matched_mean_into(means, slots, weights, K, g, mean_out):
+    """``μ̄ = Σ_k w_k g μ_k`` (thesis eq. 3.55 over the predicted means) of the slots ``slots`` of
+    ``means (S, P)`` into ``mean_out``."""
+    for j in range(mean_out.shape[0]):
+        mu = 0.0
+        for k in range(K):
+            mu += weights[k] * (g * means[slots[k], j])
+        mean_out[j] = mu
+
+
+@njit(cache=True, nogil=True)
+def full_moment_match_into(means, covs, slots, weights, K, g, q, mean, spread, out, H, U, mh):
+    """RL-MMPR's changepoint prior over the full covariance (thesis eqs. 3.56–3.57,
+    :meth:`skfilter.posteriors.FullCovariance.moment_match`): with the mixture's mean ``μ̄``
+    (``mean``, :func:`moment_matched_mean_into`) and ``d_k = g μ_k − μ̄`` (into ``spread (≥ K, P)``),
+    ``Σ̄ = Σ_k w_k (g² Σ_k + q I + d_k d_kᵀ)`` of the hypotheses' *predicted* beliefs (slots ``slots``
+    of ``means``, ``covs (S, P, P)``) into ``out``, and in the same pass ``U[:mh] = H[:mh] Σ̄`` (the
+    next step's ``J Σ̄``, each row of ``Σ̄`` dotted with ``H`` while in cache): one pass reading the
+    ``K`` covariances row by row and writing ``Σ̄`` — no hypothesis' belief is copied."""
+    P = out.shape[0]
+    g2 = g * g
+    for k in range(K):
+        for j in range(P):
+            spread[k, j] = g * means[slots[k], j] - mean[j]
+    for i in range(P):
+        row = out[i]
+        for j in range(P):
+            row[j] = 0.0
+        for k in range(K):
+            a = weights[k] * g2
+            src = covs[slots[k], i]
+            for j in range(P):
+                row[j] += a * src[j]
+        for k in range(K):
+            a = weights[k] * spread[k, i]
+            dk = spread[k]
+            for j in range(P):
+                row[j] += a * dk[j]
+        row[i] += q
+        for c in range(mh):
+            h = H[c]
+            t = 0.0
+            for j in range(P):
+                t += row[j] * h[j]
+            U[c, i] = t
+
+
+@njit(cache=True, nogil=True)
+def factored_moment_match_into(means, factors, pendings, slots, weights, K, g, q_blocks, positions, starts, fstarts,
+                               ranks, kinds, eps, mean_out, factors_out, pending_out, stack):
+    """RL-MMPR's changepoint prior over the factored covariance
+    (:meth:`skfilter.posteriors.FactoredCovariance.moment_match`) of the hypotheses' *predicted*
+    beliefs ``N(g μ_k, blockdiag(g² B_{k,b}ᵀB_{k,b} + (g² q_{k,b} + Q_b) I))`` (slots ``slots`` of the
+    pools ``means (S, 2, P)``, ``factors (S, 2, F)``, ``pendings (S, 2, n_blocks)``, first halves;
+    layout as :func:`~skfilter.kernels.factored.factored_rows`): ``μ̄ = Σ_k w_k g μ_k``,
+    ``q̄_b = Σ_k w_k (g² q_{k,b} + Q_b)`` and per block the factor of
+    ``Σ_k w_k (g² B_{k,b}ᵀB_{k,b} + d_k d_kᵀ)``, ``d_k = g μ_{k,b} − μ̄_b``, from the stack of the
+    ``√w_k g B_{k,b}`` and the rows ``√w_k d_kᵀ`` (in ``stack``, ``≥ K (r_b + 1) D_b``): its
+    ``Q_R`` for a Cholesky block (:func:`~skfilter.kernels.factored.qr_factor_into`, exact), its
+    ``P_d`` for a low-rank block (:func:`~skfilter.kernels.factored.best_rank_into`) — thesis
+    eqs. 3.55–3.57 in the structure; into ``mean_out``, ``factors_out``, ``pending_out``."""
+    moment_matched_mean_into(means[:, 0], slots, weights, K, g, mean_out)
+    g2 = g * g
+    for b in range(ranks.shape[0]):
+        t = 0.0
+        for k in range(K):
+            t += weights[k] * (pendings[slots[k], 0, b] * g2 + q_blocks[b])
+        pending_out[b] = t
+        s, e = starts[b], starts[b + 1]
+        D = e - s
+        r = ranks[b]
+        N = block_view(stack, 0, K * (r + 1), D)
+        for k in range(K):
+            root = math.sqrt(weights[k])
+            B = block_view(factors[slots[k], 0], fstarts[b], r, D)
+            for u in range(r):
+                for j in range(D):
+                    N[k * r + u, j] = root * (g * B[u, j])
+            for j in range(D):
+                p = positions[s + j]
+                N[K * r + k, j] = root * (g * means[slots[k], 0, p] - mean_out[p])
+        out = block_view(factors_out, fstarts[b], r, D)
+        if kinds[b] == CHOLESKY or kinds[b] == CHOLESKY_EXACT_NOISE:
+            qr_factor_into(N, out)
+        else:
+            best_rank_into(N, 0.0, eps, out)
 
 
 @njit(cache=True, nogil=True)
 def _weigh_and_keep(likelihood, cand_f, cand_quad, cand_noise, y1, w1, has_weights, K, dest, slots, log_weights,
                     run_lengths, counts, n_keep, log_h, log_s, tiny, record, row, rec_f, rec_quad, rec_noise,
                     rec_weights, evidence, log_joint, cand_runs, order, new_slots, new_logw, new_runs, weight_kind,
-                    weight_c, weighted_evidence, w2):
+                    weight_c, weighted_evidence, w2, epsilon):
     """Steps 3–4 of a row (module docstring) once its ``K + 1`` candidates have learned it into the
     slots ``dest``: their log predictive densities (times the row's weight ``w1[0]``; with a robust
     weighting and ``weighted_evidence``, under ``R / W²``, ``W`` each candidate's robust weight from
-    its prior predictive, :func:`~skfilter.kernels.observations.robust_step_weights`), the joints, the
+    its prior predictive, :func:`~skfilter.kernels.observations.robust_step_weights`; ``epsilon`` the
+    moment-matched likelihood's jitter), the joints, the
     row's evidence, the ``K`` most probable kept (``slots``, ``log_weights``, ``run_lengths``,
     ``counts[0]`` rewritten), and with ``record`` the row's candidates into ``rec_*[row]``. Returns
     False (nothing changed) when a density is not finite or no candidate is left."""
@@ -226,7 +426,7 @@ def _weigh_and_keep(likelihood, cand_f, cand_quad, cand_noise, y1, w1, has_weigh
     K_max = slots.shape[0]
     for k in range(K + 1):
         lp = scored_log_predictive(likelihood, cand_f[k], cand_quad[k], cand_noise[k, 0], y1, w1, has_weights,
-                                   weight_kind, weight_c, weighted_evidence, tiny, w2)
+                                   weight_kind, weight_c, weighted_evidence, tiny, w2, epsilon)
         if not np.isfinite(lp):
             return False
         if k < K:
@@ -360,7 +560,8 @@ def lofi_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, in_scale, 
         if not _weigh_and_keep(likelihood, cand_f, cand_quad, cand_noise, y1, w1, has_weights, K, dest, slots,
                                log_weights, run_lengths, counts, n_keep, log_h, log_s, tiny, record, row, rec_f,
                                rec_quad, rec_noise, rec_weights, evidence, log_joint, cand_runs, order, new_slots,
-                               new_logw, new_runs, weight_kind, weight_c, weighted_evidence, w2):
+                               new_logw, new_runs, weight_kind, weight_c, weighted_evidence, w2,
+                               noise_params[0]):
             return row, REDO_STEP
     return n, DONE
 
@@ -370,7 +571,7 @@ def full_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_means
                         prior_mean, prior_cov, slots, log_weights, run_lengths, counts, n_keep, log_h, log_s,
                         likelihood, noise_params, adaptive, max_abs, g, q, limit, tiny,
                         record, rec_f, rec_quad, rec_noise, rec_weights, evidence, weight_kind, weight_c,
-                        weighted_evidence, prior_diagonal):
+                        weighted_evidence, prior_diagonal, moment_matched):
     """:func:`lofi_runlength_rows` over the full-covariance EKF: the pool ``pool_means (S, P)``,
     ``pool_covs (S, P, P)``, ``S ≥ K_max + 1``, the prior ``prior_mean``, ``prior_cov``
     (``prior_diagonal``: it is diagonal, and the changepoint candidate takes ``J Σ₀`` and writes
@@ -391,6 +592,14 @@ def full_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_means
        next row's ``J Σ`` at the kept belief's predicted mean
        (:func:`~skfilter.kernels.full.full_write_read`), so a kept hypothesis costs one pass over
        its ``Σ`` per row (the first row of a call, two).
+
+    With ``moment_matched`` (RL[K]-MMPR, thesis Alg. 9) the changepoint candidate starts from the
+    moment-matched mixture of the kept hypotheses' predicted beliefs: phase 1 writes it into the slot
+    no hypothesis holds (:func:`full_moment_match_into`, one pass over the ``K`` covariances that also
+    takes its ``J Σ̄``), and phase 3 updates it there in place — a hypothesis' ``Σ`` is read once more
+    per row and never copied. With one hypothesis the matched prior is that hypothesis' predicted
+    belief (``w = 1``, ``d = 0``: the engine's numbers exactly), so the changepoint candidate takes the
+    hypothesis' step, written from its slot (in place when the hypothesis is dropped).
 
     The values are those of :func:`~skfilter.kernels.full.full_rows_from` step by step (same
     operations in the same order)."""
@@ -419,6 +628,8 @@ def full_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_means
     next_U = np.empty((S_slots, C, P), dtype=dt)
     ready = np.zeros(S_slots, dtype=np.bool_)
     no_diag = np.empty(0, dtype=dt)
+    weights = np.empty(K_max, dtype=np.float64)
+    spread = np.empty((K_max if moment_matched else 0, P), dtype=dt)
     prior_d = np.empty(P if prior_diagonal else 0, dtype=dt)
     for j in range(prior_d.shape[0]):
         prior_d[j] = prior_cov[j, j]
@@ -435,8 +646,23 @@ def full_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_means
             if not used[s]:
                 dest[K] = s
                 break
+        # one hypothesis under the matched reset: the matched prior is its predicted belief (w = 1,
+        # d = 0) with its noise, so the changepoint candidate's step is its step; kept alone, either
+        # is written in place in its slot
+        single = moment_matched and K == 1
+        if single and n_keep == 1:
+            dest[K] = dest[0]
         # 1. every candidate up to its write
         for k in range(K + 1):
+            if single and k == K:
+                cand_V[k] = cand_V[0]
+                cand_mean[k] = cand_mean[0]
+                cand_state[k] = cand_state[0]
+                cand_scale[k] = cand_scale[0]
+                cand_f[k] = cand_f[0]
+                cand_quad[k] = cand_quad[0]
+                cand_noise[k] = cand_noise[0]
+                continue
             if k < K:
                 s = slots[k]
                 cov_src = pool_covs[s]
@@ -450,18 +676,28 @@ def full_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_means
                                    pk, Fk, Hk)
                 read = not ready[s]
                 ready[s] = False
-            else:  # the changepoint candidate: the prior, the most probable hypothesis' noise, no dynamics
-                cov_src = prior_cov
+            else:  # the changepoint candidate: the most probable hypothesis' noise, no dynamics
                 cand_state[k, :] = pool_noises[slots[best], :]
                 g2k, qk = 1.0, 0.0
                 pk, Fk, Hk, Uk = predicted, F, H, Ut
-                full_linearise(prior_mean, 1.0, x1, 0, 1, shapes, offsets, codes, acts, pre, delta, scratch, pk, Fk,
-                               Hk)
-                read = not prior_diagonal
-                if prior_diagonal:  # J Σ₀ = J diag(d): row i of Σ₀ dotted with J is d_i J_i
-                    for c in range(C):
-                        for j in range(P):
-                            Uk[c, j] = prior_d[j] * Hk[c, j]
+                if moment_matched:  # from the matched mixture, written into the free slot with its J Σ̄
+                    mixture_weights(log_weights, K, weights)
+                    moment_matched_mean_into(pool_means, slots, weights, K, g, pk)
+                    full_linearise(pk, 1.0, x1, 0, 1, shapes, offsets, codes, acts, pre, delta, scratch, pk, Fk, Hk)
+                    cov_src = pool_covs[dest[K]]
+                    full_moment_match_into(pool_means, pool_covs, slots, weights, K, g, q, pk, spread, cov_src, Hk,
+                                           Uk, C)
+                    ready[dest[K]] = False
+                    read = False
+                else:  # from the prior
+                    cov_src = prior_cov
+                    full_linearise(prior_mean, 1.0, x1, 0, 1, shapes, offsets, codes, acts, pre, delta, scratch, pk,
+                                   Fk, Hk)
+                    read = not prior_diagonal
+                    if prior_diagonal:  # J Σ₀ = J diag(d): row i of Σ₀ dotted with J is d_i J_i
+                        for c in range(C):
+                            for j in range(P):
+                                Uk[c, j] = prior_d[j] * Hk[c, j]
             if not full_solve(x1, y1, w1, has_weights, 0, 1, cov_src, read, Hk, Uk, Fk, pk, likelihood,
                               cand_state[k], noise_params, adaptive, max_abs, weight_kind, weight_c, g2k, qk, True,
                               cand_f[k], cand_quad[k], cand_noise[k], limit, tiny, zero, Sm, Lc, z, cand_V[k],
@@ -471,9 +707,18 @@ def full_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_means
         if not _weigh_and_keep(likelihood, cand_f, cand_quad, cand_noise, y1, w1, has_weights, K, dest, slots,
                                log_weights, run_lengths, counts, n_keep, log_h, log_s, tiny, record, row, rec_f,
                                rec_quad, rec_noise, rec_weights, evidence, log_joint, cand_runs, order, new_slots,
-                               new_logw, new_runs, weight_kind, weight_c, weighted_evidence, w2):
+                               new_logw, new_runs, weight_kind, weight_c, weighted_evidence, w2,
+                               noise_params[0]):
             return row, REDO_STEP
-        # 3. the kept candidates' writes (with the next row's read)
+        # 3. the kept candidates' writes (with the next row's read), the changepoint candidate's first:
+        #    with one hypothesis under the matched reset it reads that hypothesis' slot, which the
+        #    hypothesis' own write then updates in place
+        for i in range(counts[0]):
+            if order[i] == K:
+                for i2 in range(i, 0, -1):
+                    order[i2] = order[i2 - 1]
+                order[0] = K
+                break
         for i in range(counts[0]):
             k = order[i]
             d = dest[k]
@@ -481,6 +726,12 @@ def full_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_means
             if k < K:
                 cov_src = pool_covs[d]
                 same, g2k, qk, dyn = True, g2, q, dynamic
+            elif single:  # the hypothesis' predicted belief: from its slot (in place when it is dropped)
+                cov_src = pool_covs[dest[0]]
+                same, g2k, qk, dyn = d == dest[0], g2, q, dynamic
+            elif moment_matched:  # the matched prior is in its slot: in place
+                cov_src = pool_covs[d]
+                same, g2k, qk, dyn = True, 1.0, 0.0, False
             else:
                 cov_src = prior_cov
                 same, g2k, qk, dyn = False, 1.0, 0.0, False
@@ -505,11 +756,14 @@ def diagonal_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_m
                             pool_scales, prior_mean, prior_var, fd, exact_mean, slots, log_weights, run_lengths, counts,
                             n_keep, log_h, log_s, likelihood, noise_params, adaptive, max_abs, g, q, limit, tiny,
                             record, rec_f, rec_quad, rec_noise, rec_weights, evidence, weight_kind, weight_c,
-                            weighted_evidence):
+                            weighted_evidence, moment_matched):
     """:func:`lofi_runlength_rows` over the VD/FD-EKF (:func:`~skfilter.kernels.diagonal.diagonal_rows`):
     the pool ``pool_means (S, 2, P)``, ``pool_vars (S, 2, P)`` with each belief in its slot's first
     half (a candidate copies its source there, ``2P`` numbers, and its step writes the second half,
-    moved back after the row); rows already as the model's first layer takes them."""
+    moved back after the row); rows already as the model's first layer takes them. With
+    ``moment_matched`` (RL[K]-MMPR, thesis Alg. 9) the changepoint candidate starts from
+    :func:`diagonal_moment_match_into` of the kept hypotheses (read in their slots, ``O(K P)``)
+    instead of the prior."""
     n, D = X.shape
     C = Y.shape[1]
     P = pool_means.shape[2]
@@ -517,6 +771,7 @@ def diagonal_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_m
     (x1, y1, w1, cand_f, cand_quad, cand_noise, dest, used, log_joint, cand_runs, order, new_slots, new_logw,
      new_runs, w2) = _bookkeeping_buffers(K_max, pool_means.shape[0], C, D, pool_means.dtype, X.dtype, Y.dtype,
                                           w.dtype)
+    weights = np.empty(K_max, dtype=np.float64)
     for row in range(n):
         K, best = _begin_row(X, Y, w, has_weights, row, x1, y1, w1, slots, counts, used, dest, log_weights)
         for k in range(K + 1):
@@ -528,11 +783,16 @@ def diagonal_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_m
                     pool_means[d, 0, j] = pool_means[src, 0, j]
                     pool_vars[d, 0, j] = pool_vars[src, 0, j]
                 gk, qk = g, q
-            else:
+            else:  # the changepoint candidate (no dynamics): the kept slots are still unwritten
                 pool_noises[d, :] = pool_noises[slots[best], :]
-                for j in range(P):
-                    pool_means[d, 0, j] = prior_mean[j]
-                    pool_vars[d, 0, j] = prior_var[j]
+                if moment_matched:
+                    mixture_weights(log_weights, K, weights)
+                    diagonal_moment_match_into(pool_means[:, 0], pool_vars[:, 0], slots, weights, K, g, q,
+                                               pool_means[d, 0], pool_vars[d, 0])
+                else:
+                    for j in range(P):
+                        pool_means[d, 0, j] = prior_mean[j]
+                        pool_vars[d, 0, j] = prior_var[j]
                 gk, qk = 1.0, 0.0
             done, status, cur = diagonal_rows(x1, y1, w1, has_weights, 1, shapes, offsets, codes, pool_means[d],
                                               pool_vars[d], 0, fd, exact_mean, likelihood, pool_noises[d], noise_params,
@@ -546,7 +806,8 @@ def diagonal_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_m
         if not _weigh_and_keep(likelihood, cand_f, cand_quad, cand_noise, y1, w1, has_weights, K, dest, slots,
                                log_weights, run_lengths, counts, n_keep, log_h, log_s, tiny, record, row, rec_f,
                                rec_quad, rec_noise, rec_weights, evidence, log_joint, cand_runs, order, new_slots,
-                               new_logw, new_runs, weight_kind, weight_c, weighted_evidence, w2):
+                               new_logw, new_runs, weight_kind, weight_c, weighted_evidence, w2,
+                               noise_params[0]):
             return row, REDO_STEP
     return n, DONE
 
@@ -556,13 +817,17 @@ def factored_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_m
                             pool_noises, pool_scales, prior_mean, prior_factors, prior_pending, positions, starts,
                             fstarts, ranks, kinds, eps, slots, log_weights, run_lengths, counts, n_keep, log_h, log_s,
                             likelihood, noise_params, adaptive, max_abs, g, q_blocks, limit, tiny, record, rec_f,
-                            rec_quad, rec_noise, rec_weights, evidence, weight_kind, weight_c, weighted_evidence):
+                            rec_quad, rec_noise, rec_weights, evidence, weight_kind, weight_c, weighted_evidence,
+                            moment_matched):
     """:func:`lofi_runlength_rows` over the factored covariance (LRKF, HiLoFi, LoLoFi:
     :func:`~skfilter.kernels.factored.factored_rows`, block layout as there): the pool
     ``pool_means (S, 2, P)``, ``pool_factors (S, 2, F)``, ``pool_pendings (S, 2, n_blocks)`` with each
     belief in its slot's first half (a candidate copies its source there and its step writes the
     second half, moved back after the row, as :func:`diagonal_runlength_rows`); ``q_blocks`` the
-    process noise per block; rows already as the model's first layer takes them."""
+    process noise per block; rows already as the model's first layer takes them. With
+    ``moment_matched`` (RL[K]-MMPR, thesis Alg. 9) the changepoint candidate starts from
+    :func:`factored_moment_match_into` of the kept hypotheses (read in their slots) instead of the
+    prior."""
     n, D = X.shape
     C = Y.shape[1]
     P = pool_means.shape[2]
@@ -573,6 +838,12 @@ def factored_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_m
     (x1, y1, w1, cand_f, cand_quad, cand_noise, dest, used, log_joint, cand_runs, order, new_slots, new_logw,
      new_runs, w2) = _bookkeeping_buffers(K_max, pool_means.shape[0], C, D, pool_means.dtype, X.dtype, Y.dtype,
                                           w.dtype)
+    weights = np.empty(K_max, dtype=np.float64)
+    size = 0
+    if moment_matched:
+        for b in range(n_blocks):
+            size = max(size, K_max * (ranks[b] + 1) * (starts[b + 1] - starts[b]))
+    stack = np.empty(size, dtype=pool_means.dtype)
     for row in range(n):
         K, best = _begin_row(X, Y, w, has_weights, row, x1, y1, w1, slots, counts, used, dest, log_weights)
         for k in range(K + 1):
@@ -584,11 +855,17 @@ def factored_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_m
                 pool_factors[d, 0, :] = pool_factors[src, 0, :]
                 pool_pendings[d, 0, :] = pool_pendings[src, 0, :]
                 gk, qk = g, q_blocks
-            else:
+            else:  # the changepoint candidate (no dynamics): the kept slots are still unwritten
                 pool_noises[d, :] = pool_noises[slots[best], :]
-                pool_means[d, 0, :] = prior_mean
-                pool_factors[d, 0, :] = prior_factors
-                pool_pendings[d, 0, :] = prior_pending
+                if moment_matched:
+                    mixture_weights(log_weights, K, weights)
+                    factored_moment_match_into(pool_means, pool_factors, pool_pendings, slots, weights, K, g, q_blocks,
+                                               positions, starts, fstarts, ranks, kinds, eps, pool_means[d, 0],
+                                               pool_factors[d, 0], pool_pendings[d, 0], stack)
+                else:
+                    pool_means[d, 0, :] = prior_mean
+                    pool_factors[d, 0, :] = prior_factors
+                    pool_pendings[d, 0, :] = prior_pending
                 gk, qk = 1.0, no_noise
             done, status, cur = factored_rows(x1, y1, w1, has_weights, 1, shapes, offsets, codes, pool_means[d],
                                               pool_factors[d], pool_pendings[d], 0, positions, starts, fstarts, ranks,
@@ -606,6 +883,7 @@ def factored_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_m
         if not _weigh_and_keep(likelihood, cand_f, cand_quad, cand_noise, y1, w1, has_weights, K, dest, slots,
                                log_weights, run_lengths, counts, n_keep, log_h, log_s, tiny, record, row, rec_f,
                                rec_quad, rec_noise, rec_weights, evidence, log_joint, cand_runs, order, new_slots,
-                               new_logw, new_runs, weight_kind, weight_c, weighted_evidence, w2):
+                               new_logw, new_runs, weight_kind, weight_c, weighted_evidence, w2,
+                               noise_params[0]):
             return row, REDO_STEP
     return n, DONE
