@@ -66,6 +66,7 @@ from .kernels.predictive import (DIAGONAL, FULL, LOFI, forward_rows, predict_fac
                                  predict_rows, probit_factored_rows, probit_rows)
 from .kernels.reversion import CPP_OU, OU, lofi_reversion_rows
 from .kernels.reversion_diagonal import diagonal_reversion_rows
+from .kernels.reversion_factored import factored_reversion_rows
 from .kernels.reversion_full import full_reversion_rows
 from .kernels.runlength import (diagonal_runlength_rows, factored_runlength_rows, full_runlength_rows,
                                 lofi_runlength_rows)
@@ -1418,9 +1419,14 @@ class ReversionPlan(RunLengthPlan):
         # (the engine's shrink broadcasts it so, even when the prior keeps one value), else as the prior's
         if isinstance(base_plan, LoFiPlan):
             self.eta_shape = (P,) if var.dim() > 0 else tuple(prior_belief.prior_precision.shape)
-        var = var.reshape(-1)
-        self.ref = (np.ascontiguousarray(_numpy(reference.mean), dtype=np_dtype),
-                    np.ascontiguousarray(_numpy(var.expand(P) if var.numel() == 1 else var), dtype=np_dtype))
+        if isinstance(base_plan, FactoredPlan):  # the shrink's Q = (1 − g²) v₀, averaged per block as the engine's
+            block_var = base_plan.structure.block_noise(var, prior_belief.mean)
+            self.ref = (np.ascontiguousarray(_numpy(reference.mean), dtype=np_dtype),
+                        np.ascontiguousarray(_numpy(block_var), dtype=np_dtype))
+        else:
+            var = var.reshape(-1)
+            self.ref = (np.ascontiguousarray(_numpy(reference.mean), dtype=np_dtype),
+                        np.ascontiguousarray(_numpy(var.expand(P) if var.numel() == 1 else var), dtype=np_dtype))
         self.grid = np.asarray(grid, dtype=np.float64)
 
     #: pool slots: LoFi's hypothesis, its predicted belief, the start of a shrink and the step; the
@@ -1461,11 +1467,16 @@ class ReversionPlan(RunLengthPlan):
         slots, log_weights, runs, counts = keep
         before = int(runs[0])
         reset = (OU if self.reset == "ou" else CPP_OU, self.threshold, self.grid)
-        tail = (plan.code, common["params"], common["adaptive"], plan.max_abs, plan.g, plan.q, common["limit"],
-                common["tiny"], common["recording"], *rec, evidence, plan.weight_kind, plan.weight_c,
-                self.weighted_evidence)
+        factored = isinstance(plan, FactoredPlan)
+        tail = (plan.code, common["params"], common["adaptive"], plan.max_abs, plan.g,
+                plan.block_noise[Xn.dtype] if factored else plan.q, common["limit"], common["tiny"],
+                common["recording"], *rec, evidence, plan.weight_kind, plan.weight_c, self.weighted_evidence)
         bookkeeping = (slots, log_weights, runs, counts, self.log_h, self.log_s, *reset)
-        if isinstance(plan, LoFiPlan):
+        if factored:
+            result = factored_reversion_rows(Xn, Yn, w, has_w, shapes, offsets, codes, *pool, noises, scales, *prior,
+                                             plan.positions, plan.starts, plan.fstarts, plan.ranks, plan.kinds,
+                                             plan.eps[Xn.dtype], *self.ref, *bookkeeping, *tail)
+        elif isinstance(plan, LoFiPlan):
             result = lofi_reversion_rows(Xn, Yn, w, has_w, shapes, offsets, codes, *plan.map_args(Xn.dtype), *pool,
                                          noises, scales, *prior, *self.ref, *bookkeeping, *tail)
         elif isinstance(plan, DiagonalPlan):
@@ -1527,7 +1538,8 @@ def _reversion_plan_for(parts, mixture, prior_belief, batch_size, hazard, n_hypo
     if not enabled() or batch_size != 1 or n_hypotheses != 1 or mixture.log_weights is None:
         return None
     plan = plan_for(parts, FilterState(prior_belief, None, 0), None)
-    if type(plan) not in (LoFiPlan, DiagonalPlan, FullPlan) or type(plan.likelihood) is MomentMatchedCategorical:
+    if type(plan) not in (LoFiPlan, DiagonalPlan, FullPlan, FactoredPlan) \
+            or type(plan.likelihood) is MomentMatchedCategorical:
         return None
     if parts.reference is None:
         return None
