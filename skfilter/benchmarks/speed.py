@@ -110,7 +110,7 @@ SECTIONS = {
     "streaming": "predict + partial_fit one row per call (LoFi r10, MLPRegressor), overhead over the in-loop step",
     "calls": "later calls with default parameters; one-row calls (LoFi, WoLF, BOCD, river) vs the in-call row",
     "runlength": ("BOCD (RL[K]-PR, K = 1 and 10) over LoFi r10, the full EKF and HiLoFi r10; ou/cpp-ou over LoFi r10, "
-                  "the full EKF and the VD-EKF; µs/step vs the base step"),
+                  "the full EKF, the VD-EKF and HiLoFi r10; µs/step vs the base step"),
     "digits": "LoFiClassifier().fit vs MLPClassifier().fit on digits",
     "digits-ekf": "EKFClassifier().fit on digits (P=3,760) vs its BLAS floor (slow: ~1 min)",
     "mnist": "LoFi r10 at P=648,010 (784-500-500-10), ms/step, page faults (slow on a CPU)",
@@ -375,7 +375,7 @@ RUNLENGTH_TARGET_FACTOR = 1.3
 
 #: the ``runlength`` section's other resets (one hypothesis, shrunk towards the prior) and their bases
 RUNLENGTH_RESETS = ("ou", "cpp-ou")
-RUNLENGTH_RESET_BASES = ("LoFi r10", "EKF full", "EKF VD")
+RUNLENGTH_RESET_BASES = ("LoFi r10", "EKF full", "EKF VD", "HiLoFi r10")
 #: the bases of the resets' rows not among :data:`RUNLENGTH_BASES` (their step rows come after those)
 _RESET_ONLY_BASES = tuple(b for b in RUNLENGTH_RESET_BASES if b not in RUNLENGTH_BASES)
 
