@@ -1399,12 +1399,16 @@ class RunLengthPlan:
 
 class ReversionPlan(RunLengthPlan):
     """RL[1]-OUPR* and CPP-OU (BOCD with ``reset='ou'`` / ``'cpp-ou'``: one hypothesis shrunk
-    towards the reference) over LoFi, the VD/FD-EKF or the full-covariance EKF, on the kernels of
-    :mod:`skfilter.kernels.reversion` (:func:`~skfilter.kernels.reversion.lofi_reversion_rows`,
+    towards the reference) over LoFi, the VD/FD-EKF, the full-covariance EKF or the factored
+    covariance (LRKF, HiLoFi, LoLoFi), on the kernels of :mod:`skfilter.kernels.reversion`
+    (:func:`~skfilter.kernels.reversion.lofi_reversion_rows`,
     :func:`~skfilter.kernels.reversion_diagonal.diagonal_reversion_rows`,
-    :func:`~skfilter.kernels.reversion_full.full_reversion_rows`), in :class:`RunLengthPlan`'s pool
-    (``K = 1``; over LoFi the prior-predictive precision held with the prior's length — per parameter
-    when the reference variance is, as the shrink then makes it). The base's dynamics and robust
+    :func:`~skfilter.kernels.reversion_full.full_reversion_rows`,
+    :func:`~skfilter.kernels.reversion_factored.factored_reversion_rows`), in :class:`RunLengthPlan`'s
+    pool (``K = 1``; over LoFi the prior-predictive precision held with the prior's length — per
+    parameter when the reference variance is, as the shrink then makes it; over the factored
+    covariance the reference variance averaged per block, as the engine's shrink takes it). The
+    base's dynamics and robust
     weighting (``weighted_evidence``: the scores under it) as the engine's. Built by
     :func:`runlength_plan_for`."""
 
@@ -1430,7 +1434,8 @@ class ReversionPlan(RunLengthPlan):
         self.grid = np.asarray(grid, dtype=np.float64)
 
     #: pool slots: LoFi's hypothesis, its predicted belief, the start of a shrink and the step; the
-    #: diagonal's hypothesis and the step; the full EKF's hypothesis, updated in place
+    #: diagonal's and the factored covariance's hypothesis and the step (the predicted belief and the
+    #: start in its first half); the full EKF's hypothesis, updated in place
     def slot_count(self, K_max):
         return 4 if isinstance(self.base, LoFiPlan) else 2
 
@@ -1530,11 +1535,12 @@ def _reversion_plan_for(parts, mixture, prior_belief, batch_size, hazard, n_hypo
                         weighted_evidence, grid):
     """The :class:`ReversionPlan` of ``reset='ou'``/``'cpp-ou'`` when the kernels serve it: one row
     per step, one hypothesis, a base filter whose single-belief step :func:`plan_for` gives to the
-    LoFi (diagonal), the VD/FD-EKF or the full-covariance kernel — its dynamics (decay, one
-    process-noise value) and a built-in robust weighting (BOCD over WoLF, ``weighted_evidence``
-    either way) included —, a likelihood whose log predictive the kernels have (not the
-    moment-matched one), a CPU mixture in the prior's dtype, a ``grid`` decreasing from 1 to 0 or
-    more (:data:`~skfilter.runlength.CPP_GRID`); else None (the factored structures: the engine)."""
+    LoFi (diagonal), the VD/FD-EKF, the full-covariance or the factored (LRKF, HiLoFi, LoLoFi)
+    kernel — its dynamics (decay, one process-noise value; per block over the factored covariance)
+    and a built-in robust weighting (BOCD over WoLF, ``weighted_evidence`` either way) included —, a
+    likelihood whose log predictive the kernels have (not the moment-matched one), a CPU mixture in
+    the prior's dtype, a ``grid`` decreasing from 1 to 0 or more (:data:`~skfilter.runlength.CPP_GRID`);
+    else None (the engine)."""
     if not enabled() or batch_size != 1 or n_hypotheses != 1 or mixture.log_weights is None:
         return None
     plan = plan_for(parts, FilterState(prior_belief, None, 0), None)
