@@ -33,7 +33,7 @@ from .mlp import mlp_buffers, mlp_forward_jacobian
 from .observations import outputs_within
 from .reversion import (OU, finish_reversion_row, ou_map_coefficients, record_reversion_row, reversion_choice,
                         score_candidates, shrunk_mean_into)
-from .runlength import load_row
+from .runlength import factored_copy_into, factored_settle, load_row
 
 
 @njit(cache=True, nogil=True)
@@ -168,14 +168,10 @@ def factored_reversion_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_m
             record_reversion_row(row, cand_f[0, 0], cand_quad[0, 0], noise, rec_f, rec_quad, rec_noise, rec_weights)
         # 5. the start of the step into the first half of slot dest (a shrink in place, elementwise)
         if hard:
-            d_mean[:] = prior_mean
-            d_factors[:] = prior_factors
-            d_pend[:] = prior_pending
+            factored_copy_into(prior_mean, prior_factors, prior_pending, d_mean, d_factors, d_pend)
         elif g == 1.0:
             if not dynamic:
-                d_mean[:] = b_mean
-                d_factors[:] = b_factors
-                d_pend[:] = b_pend
+                factored_copy_into(b_mean, b_factors, b_pend, d_mean, d_factors, d_pend)
         else:
             v, rho, keep = ou_map_coefficients(g)
             shrunk_mean_into(b_mean, ref_mean, v, rho, d_mean)
@@ -192,11 +188,6 @@ def factored_reversion_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_m
                                           dummy_r, limit, eps, tiny, pool_scales[dest])
         if status != DONE:
             return row, REDO_STEP
-        for j in range(P):
-            d_mean[j] = pool_means[dest, 1, j]
-        for j in range(F):
-            d_factors[j] = pool_factors[dest, 1, j]
-        for b in range(n_blocks):
-            d_pend[b] = pool_pendings[dest, 1, b]
+        factored_settle(pool_means, pool_factors, pool_pendings, dest)
         finish_reversion_row(slots, dest, log_weights, run_lengths, hard, evidence, step_evidence, change)
     return n, DONE
