@@ -414,9 +414,10 @@ def test_reversion_classification_on_the_kernel_equals_the_engine(reset, kind, l
     _close(est.predict_proba(X[:5]), ref.predict_proba(X[:5]))
 
 
-@pytest.mark.parametrize("base, reset", [("lofi", "ou"), ("lofi", "cpp-ou"), ("vd", "ou"), ("full", "cpp-ou")])
+@pytest.mark.parametrize("base, reset", [("lofi", "ou"), ("lofi", "cpp-ou"), ("vd", "ou"), ("full", "cpp-ou"),
+                                         ("hilofi", "ou")])
 def test_reversion_weights_float32_and_outputs(base, reset):
-    X, y = _stream("regression")
+    X, y = _stream("regression", n=30 if base == "hilofi" else 70)  # (the engine's factored steps are slow)
     w = np.linspace(0.3, 2.0, len(y))
     make = lambda: BOCDRegressor(BASES[base]("reg"), n_hypotheses=1, hazard=0.1, reset=reset)  # noqa: E731
     est, ref, p, p_ref = _fit_both(make, X, y, sample_weight=w)
