@@ -56,14 +56,15 @@ steps on the same objective). ``changepoint_probability`` is ``1 − υ``.
 (``reset='prior'``, an integer ``K``) over every compiled base filter and RL[K]-MMPR
 (``reset='moment-matched'``) over the compiled diagonal, full and factored ones (LoFi has no moment
 match) (:class:`skfilter.stepping.RunLengthPlan`, :mod:`skfilter.kernels.runlength`), and
-RL[1]-OUPR* and CPP-OU (``reset='ou'``, ``'cpp-ou'``) over LoFi, the VD/FD-EKF and the
-full-covariance EKF, their dynamics (decay, one process-noise value) and a built-in robust weighting
-(BOCD over WoLF, weighted evidence or not) included (:class:`skfilter.stepping.ReversionPlan`;
-:mod:`skfilter.kernels.reversion`, ``reversion_diagonal``, ``reversion_full``), one row per step,
-under every likelihood the kernels have (the moment-matched categorical's evidence included); both
-equal this module's step to rounding. Everything else — the factored structures (LRKF, HiLoFi,
-LoLoFi) under ``'ou'``/``'cpp-ou'``, exact BOCD, several rows per step — and any row a kernel cannot
-finish, runs :func:`runlength_step`.
+RL[1]-OUPR* and CPP-OU (``reset='ou'``, ``'cpp-ou'``) over LoFi, the VD/FD-EKF, the full-covariance
+EKF and the factored covariance (LRKF, HiLoFi, LoLoFi), their dynamics (decay, process noise: one
+value, or per block over the factored covariance) and a built-in robust weighting (BOCD over WoLF,
+weighted evidence or not) included (:class:`skfilter.stepping.ReversionPlan`;
+:mod:`skfilter.kernels.reversion`, ``reversion_diagonal``, ``reversion_full``,
+``reversion_factored``), one row per step, under every likelihood the kernels have (the
+moment-matched categorical's evidence included); both equal this module's step to rounding.
+Everything else — exact BOCD, several rows per step — and any row a kernel cannot finish, runs
+:func:`runlength_step`.
 
 The state (:class:`RunLengthState`) holds the hypotheses as a mixture
 :class:`~skfilter.filtering.FilterState` (``log_weights`` normalised), their run lengths, the log

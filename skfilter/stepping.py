@@ -66,6 +66,7 @@ from .kernels.predictive import (DIAGONAL, FULL, LOFI, forward_rows, predict_fac
                                  predict_rows, probit_factored_rows, probit_rows)
 from .kernels.reversion import CPP_OU, OU, lofi_reversion_rows
 from .kernels.reversion_diagonal import diagonal_reversion_rows
+from .kernels.reversion_factored import factored_reversion_rows
 from .kernels.reversion_full import full_reversion_rows
 from .kernels.runlength import (diagonal_runlength_rows, factored_runlength_rows, full_runlength_rows,
                                 lofi_runlength_rows)
@@ -1403,12 +1404,16 @@ class RunLengthPlan:
 
 class ReversionPlan(RunLengthPlan):
     """RL[1]-OUPR* and CPP-OU (BOCD with ``reset='ou'`` / ``'cpp-ou'``: one hypothesis shrunk
-    towards the reference) over LoFi, the VD/FD-EKF or the full-covariance EKF, on the kernels of
-    :mod:`skfilter.kernels.reversion` (:func:`~skfilter.kernels.reversion.lofi_reversion_rows`,
+    towards the reference) over LoFi, the VD/FD-EKF, the full-covariance EKF or the factored
+    covariance (LRKF, HiLoFi, LoLoFi), on the kernels of :mod:`skfilter.kernels.reversion`
+    (:func:`~skfilter.kernels.reversion.lofi_reversion_rows`,
     :func:`~skfilter.kernels.reversion_diagonal.diagonal_reversion_rows`,
-    :func:`~skfilter.kernels.reversion_full.full_reversion_rows`), in :class:`RunLengthPlan`'s pool
-    (``K = 1``; over LoFi the prior-predictive precision held with the prior's length — per parameter
-    when the reference variance is, as the shrink then makes it). The base's dynamics and robust
+    :func:`~skfilter.kernels.reversion_full.full_reversion_rows`,
+    :func:`~skfilter.kernels.reversion_factored.factored_reversion_rows`), in :class:`RunLengthPlan`'s
+    pool (``K = 1``; over LoFi the prior-predictive precision held with the prior's length — per
+    parameter when the reference variance is, as the shrink then makes it; over the factored
+    covariance the reference variance averaged per block, as the engine's shrink takes it). The
+    base's dynamics and robust
     weighting (``weighted_evidence``: the scores under it) as the engine's. Built by
     :func:`runlength_plan_for`."""
 
@@ -1423,13 +1428,19 @@ class ReversionPlan(RunLengthPlan):
         # (the engine's shrink broadcasts it so, even when the prior keeps one value), else as the prior's
         if isinstance(base_plan, LoFiPlan):
             self.eta_shape = (P,) if var.dim() > 0 else tuple(prior_belief.prior_precision.shape)
-        var = var.reshape(-1)
-        self.ref = (np.ascontiguousarray(_numpy(reference.mean), dtype=np_dtype),
-                    np.ascontiguousarray(_numpy(var.expand(P) if var.numel() == 1 else var), dtype=np_dtype))
+        if isinstance(base_plan, FactoredPlan):  # the shrink's Q = (1 − g²) v₀, averaged per block as the engine's
+            block_var = base_plan.structure.block_noise(var, prior_belief.mean)
+            self.ref = (np.ascontiguousarray(_numpy(reference.mean), dtype=np_dtype),
+                        np.ascontiguousarray(_numpy(block_var), dtype=np_dtype))
+        else:
+            var = var.reshape(-1)
+            self.ref = (np.ascontiguousarray(_numpy(reference.mean), dtype=np_dtype),
+                        np.ascontiguousarray(_numpy(var.expand(P) if var.numel() == 1 else var), dtype=np_dtype))
         self.grid = np.asarray(grid, dtype=np.float64)
 
     #: pool slots: LoFi's hypothesis, its predicted belief, the start of a shrink and the step; the
-    #: diagonal's hypothesis and the step; the full EKF's hypothesis, updated in place
+    #: diagonal's and the factored covariance's hypothesis and the step (the predicted belief and the
+    #: start in its first half); the full EKF's hypothesis, updated in place
     def slot_count(self, K_max):
         return 4 if isinstance(self.base, LoFiPlan) else 2
 
@@ -1466,11 +1477,16 @@ class ReversionPlan(RunLengthPlan):
         slots, log_weights, runs, counts = keep
         before = int(runs[0])
         reset = (OU if self.reset == "ou" else CPP_OU, self.threshold, self.grid)
-        tail = (plan.code, common["params"], common["adaptive"], plan.max_abs, plan.g, plan.q, common["limit"],
-                common["tiny"], common["recording"], *rec, evidence, plan.weight_kind, plan.weight_c,
-                self.weighted_evidence)
+        factored = isinstance(plan, FactoredPlan)
+        tail = (plan.code, common["params"], common["adaptive"], plan.max_abs, plan.g,
+                plan.block_noise[Xn.dtype] if factored else plan.q, common["limit"], common["tiny"],
+                common["recording"], *rec, evidence, plan.weight_kind, plan.weight_c, self.weighted_evidence)
         bookkeeping = (slots, log_weights, runs, counts, self.log_h, self.log_s, *reset)
-        if isinstance(plan, LoFiPlan):
+        if factored:
+            result = factored_reversion_rows(Xn, Yn, w, has_w, shapes, offsets, codes, *pool, noises, scales, *prior,
+                                             plan.positions, plan.starts, plan.fstarts, plan.ranks, plan.kinds,
+                                             plan.eps[Xn.dtype], *self.ref, *bookkeeping, *tail)
+        elif isinstance(plan, LoFiPlan):
             result = lofi_reversion_rows(Xn, Yn, w, has_w, shapes, offsets, codes, *plan.map_args(Xn.dtype), *pool,
                                          noises, scales, *prior, *self.ref, *bookkeeping, *tail)
         elif isinstance(plan, DiagonalPlan):
@@ -1527,14 +1543,15 @@ def _reversion_plan_for(parts, mixture, prior_belief, batch_size, hazard, n_hypo
                         weighted_evidence, grid):
     """The :class:`ReversionPlan` of ``reset='ou'``/``'cpp-ou'`` when the kernels serve it: one row
     per step, one hypothesis, a base filter whose single-belief step :func:`plan_for` gives to the
-    LoFi (diagonal), the VD/FD-EKF or the full-covariance kernel — its dynamics (decay, one
-    process-noise value) and a built-in robust weighting (BOCD over WoLF, ``weighted_evidence``
-    either way) included —, a CPU mixture in the prior's dtype, a ``grid`` decreasing from 1 to 0 or
-    more (:data:`~skfilter.runlength.CPP_GRID`); else None (the factored structures: the engine)."""
+    LoFi (diagonal), the VD/FD-EKF, the full-covariance or the factored (LRKF, HiLoFi, LoLoFi)
+    kernel — its dynamics (decay, one process-noise value; per block over the factored covariance)
+    and a built-in robust weighting (BOCD over WoLF, ``weighted_evidence`` either way) included —, a
+    CPU mixture in the prior's dtype, a ``grid`` decreasing from 1 to 0 or more
+    (:data:`~skfilter.runlength.CPP_GRID`); else None (the engine)."""
     if not enabled() or batch_size != 1 or n_hypotheses != 1 or mixture.log_weights is None:
         return None
     plan = plan_for(parts, FilterState(prior_belief, None, 0), None)
-    if type(plan) not in (LoFiPlan, DiagonalPlan, FullPlan):
+    if type(plan) not in (LoFiPlan, DiagonalPlan, FullPlan, FactoredPlan):
         return None
     if parts.reference is None:
         return None

@@ -20,7 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from skfilter import (BOCDClassifier, BOCDRegressor, EKFClassifier, EKFRegressor, HiLoFiClassifier, HiLoFiRegressor,
-                      LoFiClassifier, LoFiRegressor, LRKFClassifier, LRKFRegressor, WoLFRegressor, runlength, stepping)
+                      LoFiClassifier, LoFiRegressor, LoLoFiClassifier, LoLoFiRegressor, LRKFClassifier, LRKFRegressor,
+                      WoLFRegressor, runlength, stepping)
 from skfilter._array_ops import Recycler
 from skfilter.exceptions import FilterStepError
 from skfilter.kernels import AVAILABLE, compiled_kernels
@@ -47,7 +48,10 @@ def _close(a, b, rtol=1e-10):
     np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol * max(1.0, float(np.abs(b).max()) if b.size else 1.0))
 
 
-def _assert_same_mixture(a, b, rtol=1e-10):
+def _assert_same_mixture(a, b, rtol=1e-10, factor_grams=False):
+    """The run-length states of ``a`` and ``b`` agree to ``rtol``; with ``factor_grams`` the factored
+    covariance's factors ``B`` through ``Bᵀ B`` (rows defined up to a rotation where singular values
+    coincide)."""
     ra, rb = a.runlength_state_, b.runlength_state_
     assert ra.run_lengths.tolist() == rb.run_lengths.tolist()
     assert ra.filter.n_seen == rb.filter.n_seen
@@ -59,6 +63,8 @@ def _assert_same_mixture(a, b, rtol=1e-10):
             assert len(x) == len(y), name
             for a, b in zip(x, y):
                 assert a.shape == b.shape and a.dtype == b.dtype, name
+                if factor_grams:
+                    a, b = a.transpose(-1, -2) @ a, b.transpose(-1, -2) @ b
                 _close(a, b, rtol)
             continue
         if not isinstance(y, torch.Tensor):
@@ -234,7 +240,7 @@ def test_full_ekf_stiff_row_is_handed_to_the_engine():
             assert stepping.handed_back() > before
     (ref, msg_ref), (est, msg) = outcomes
     assert msg == msg_ref
-    _assert_same_mixture(est, ref, rtol=1e-8)
+    _assert_same_mixture(est, ref, rtol=1e-8, factor_grams=base == "hilofi")
 
 
 def test_full_ekf_diagonal_prior_shortcut_is_the_general_path(monkeypatch):
@@ -441,9 +447,10 @@ def test_reversion_classification_on_the_kernel_equals_the_engine(reset, kind, l
     _close(est.predict_proba(X[:5]), ref.predict_proba(X[:5]))
 
 
-@pytest.mark.parametrize("base, reset", [("lofi", "ou"), ("lofi", "cpp-ou"), ("vd", "ou"), ("full", "cpp-ou")])
+@pytest.mark.parametrize("base, reset", [("lofi", "ou"), ("lofi", "cpp-ou"), ("vd", "ou"), ("full", "cpp-ou"),
+                                         ("hilofi", "ou")])
 def test_reversion_weights_float32_and_outputs(base, reset):
-    X, y = _stream("regression")
+    X, y = _stream("regression", n=30 if base == "hilofi" else 70)  # (the engine's factored steps are slow)
     w = np.linspace(0.3, 2.0, len(y))
     make = lambda: BOCDRegressor(BASES[base]("reg"), n_hypotheses=1, hazard=0.1, reset=reset)  # noqa: E731
     est, ref, p, p_ref = _fit_both(make, X, y, sample_weight=w)
@@ -519,12 +526,21 @@ def test_reversion_with_a_constant_per_parameter_reference_variance():
 # RL[1]-OUPR* and CPP-OU over the VD/FD-EKF and the full EKF (kernels.reversion_diagonal,
 # kernels.reversion_full); robust weighting and base dynamics over every compiled base
 # ---------------------------------------------------------------------------------------------
+#: the reversion kernels' bases: those of RL[K]-PR and LoLoFi (two low-rank factors)
+REVERSION_BASES = {
+    **BASES,
+    "lolofi": lambda cls, **kw: (LoLoFiRegressor if cls == "reg" else LoLoFiClassifier)(hidden_layer_sizes=(6,),
+                                                                                        hidden_rank=3, last_rank=2,
+                                                                                        random_state=0, **kw),
+}
+
+
 def _reversion(base, cls="reg", reset="ou", threshold=0.5, wrap=None, evidence="weighted", **kw):
     """A maker of ``BOCD*(base, n_hypotheses=1, reset=…)`` (``wrap``: a WoLF weighting of the base)."""
     bocd = BOCDRegressor if cls == "reg" else BOCDClassifier
 
     def make():
-        inner = BASES[base](cls, **kw)
+        inner = REVERSION_BASES[base](cls, **kw)
         if wrap is not None:
             inner = WoLFRegressor(inner, weighting=wrap)
         return bocd(inner, n_hypotheses=1, hazard=0.1, reset=reset, threshold=threshold, evidence=evidence)
@@ -630,8 +646,8 @@ def test_moment_matched_reset_of_distinct_hypotheses(base):
     _close(np.nan_to_num(p), np.nan_to_num(p_ref))
 
 
-@pytest.mark.parametrize("base, reset", [("lofi", "ou"), ("lofi", "cpp-ou"), ("vd", "ou"), ("full", "ou"),
-                                         ("full", "cpp-ou")])
+@pytest.mark.parametrize("base, reset", [("lofi", "ou"), ("lofi", "cpp-ou"), ("vd", "ou"), ("fd", "ou"),
+                                         ("full", "ou"), ("full", "cpp-ou")])
 def test_reversion_with_base_dynamics_on_the_kernel_equals_the_engine(base, reset):
     """The base's decay and process noise move the hypothesis before its predictive and the OU map."""
     X, y = _stream("regression", n=50 if reset == "cpp-ou" else 70)
@@ -656,10 +672,12 @@ def test_reversion_over_the_ekfs_one_row_per_call_and_pickling(base, reset):
     _assert_same_mixture(rows, whole, rtol=1e-9)
 
 
-@pytest.mark.parametrize("base", ["vd", "full"])
+@pytest.mark.parametrize("base", ["vd", "full", "hilofi"])
 def test_reversion_over_the_ekfs_stiff_row_and_failure_keep_the_state(base):
     """A stiff row is handed back (the engine learns it or raises as it does alone); a row the engine
-    fails after the kernel handed it back keeps the kernel's rows before it."""
+    fails after the kernel handed it back keeps the kernel's rows before it. (HiLoFi: one prior
+    variance gives its low-rank factor equal singular values, its rows then defined up to a
+    rotation: the factors' Grams are compared.)"""
     X, y = _stream("regression", n=50)
     X[25] = 1e7
     make = _reversion(base, reset="ou", threshold=0.5, obs_variance=0.01, prior_variance=1.0)
@@ -677,7 +695,7 @@ def test_reversion_over_the_ekfs_stiff_row_and_failure_keep_the_state(base):
             assert stepping.handed_back() > before
     (ref, msg_ref), (est, msg) = outcomes
     assert msg == msg_ref
-    _assert_same_mixture(est, ref, rtol=1e-8)
+    _assert_same_mixture(est, ref, rtol=1e-8, factor_grams=base == "hilofi")
     est = make().fit(X[:20], y[:20])
     n0 = est.runlength_state_.filter.n_seen
     with mock.patch.object(runlength, "runlength_step", side_effect=FilterStepError("injected")):
@@ -752,3 +770,64 @@ def test_moment_matched_likelihood_on_the_kernel_equals_the_engine(base, kind, r
     _assert_same_mixture(est, ref)
     _close(p, p_ref)
     _close(est.predict_proba(X[:5]), ref.predict_proba(X[:5]))
+
+
+def test_reversion_fd_ekf_over_wolf_on_the_kernel_equals_the_engine():
+    """The FD-EKF's robust weights under ``'ou'`` (the weighted scores), as on the engine."""
+    X, y = _stream("regression")
+    y[[12, 47]] += np.array([25.0, -40.0])  # outliers
+    est, ref, p, p_ref = _fit_both(_reversion("fd", reset="ou", threshold=0.95, wrap="imq"), X, y)
+    _assert_same_mixture(est, ref)
+    _close(np.nan_to_num(p), np.nan_to_num(p_ref))
+
+
+# ---------------------------------------------------------------------------------------------
+# RL[1]-OUPR* and CPP-OU over the factored covariance (kernels.reversion_factored): LRKF, HiLoFi,
+# LoLoFi, their default process noise (base dynamics) included
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("reset, threshold", REVERSION)
+@pytest.mark.parametrize("base", ["hilofi", "lrkf", "lolofi"])
+def test_reversion_over_the_factored_on_the_kernel_equals_the_engine(base, reset, threshold):
+    """Every row on the kernel (the engine's step fails), the states, evidence and predictions the
+    engine's; ``'ou'`` with ε = 0.95 resets within the stream."""
+    X, y = _stream("regression", n=30 if reset == "cpp-ou" else 40)  # (the engine's factored steps are slow)
+    est, ref, p, p_ref = _fit_both(_reversion(base, reset=reset, threshold=threshold), X, y)
+    _assert_same_mixture(est, ref)
+    _close(np.nan_to_num(p), np.nan_to_num(p_ref))
+    if (reset, threshold) == ("ou", 0.95):
+        assert int(est.runlength_state_.run_lengths[0]) < len(y) - 1
+
+
+@pytest.mark.parametrize("case", ["binary adf", "static", "decay", "wolf", "wolf cpp-ou"])
+def test_reversion_over_hilofi_classification_dynamics_and_wolf(case):
+    """HiLoFi's classifier, static dynamics (no process noise: the hypothesis itself predicts), a
+    decay, and WoLF's weights (the scores under them) on the kernel, as on the engine."""
+    X, y = _stream("binary" if case == "binary adf" else "regression", n=30)
+    if case == "binary adf":
+        est, ref, p, p_ref = _fit_both(_reversion("hilofi", "clf", "ou", 0.95, likelihood="adf"), X, y,
+                                       classes=np.unique(y))
+    else:
+        kw = {"static": dict(process_noise=0.0), "decay": dict(decay=0.995)}.get(case, {})
+        if case.startswith("wolf"):
+            y[[8, 24]] += np.array([25.0, -40.0])  # outliers
+            kw = dict(wrap="imq")
+        reset = "cpp-ou" if case == "wolf cpp-ou" else "ou"
+        est, ref, p, p_ref = _fit_both(_reversion("hilofi", reset=reset, threshold=0.95, **kw), X, y)
+    # (CPP-OU's υ = 0 zeroes the last layer's Cholesky factor, the pending noise then entering through
+    # the gains only: a rank-deficient triangular factor, whose rows past its rank are not unique)
+    _assert_same_mixture(est, ref, factor_grams=case == "wolf cpp-ou")
+    _close(np.nan_to_num(p), np.nan_to_num(p_ref))
+
+
+def test_reversion_over_hilofi_one_row_per_call_and_pickling():
+    import pickle
+
+    X, y = _stream("regression")
+    make = _reversion("hilofi", reset="ou", threshold=0.95)
+    whole = make().fit(X, y)
+    rows = make()
+    for i in range(len(y)):
+        rows.partial_fit(X[i:i + 1], y[i:i + 1])
+        if i == 30:
+            rows = pickle.loads(pickle.dumps(rows))
+    _assert_same_mixture(rows, whole, rtol=1e-9)

@@ -110,8 +110,8 @@ SECTIONS = {
     "streaming": "predict + partial_fit one row per call (LoFi r10, MLPRegressor), overhead over the in-loop step",
     "calls": "later calls with default parameters; one-row calls (LoFi, WoLF, BOCD, river) vs the in-call row",
     "runlength": ("BOCD (RL[K]-PR, K = 1 and 10) over LoFi r10, the full EKF, HiLoFi r10 and the VD-EKF; RL[K]-MMPR "
-                  "(mm) over the last three; ou/cpp-ou over LoFi r10, the full EKF and the VD-EKF; µs/step vs the "
-                  "base step"),
+                  "(mm) over the last three; ou/cpp-ou over LoFi r10, the full EKF, the VD-EKF and HiLoFi r10; "
+                  "µs/step vs the base step"),
     "digits": "LoFiClassifier().fit vs MLPClassifier().fit on digits",
     "digits-ekf": "EKFClassifier().fit on digits (P=3,760) vs its BLAS floor (slow: ~1 min)",
     "mnist": "LoFi r10 at P=648,010 (784-500-500-10), ms/step, page faults (slow on a CPU)",
@@ -376,7 +376,7 @@ RUNLENGTH_TARGET_FACTOR = 1.3
 
 #: the ``runlength`` section's other resets (one hypothesis, shrunk towards the prior) and their bases
 RUNLENGTH_RESETS = ("ou", "cpp-ou")
-RUNLENGTH_RESET_BASES = ("LoFi r10", "EKF full", "EKF vd")
+RUNLENGTH_RESET_BASES = ("LoFi r10", "EKF full", "EKF vd", "HiLoFi r10")
 #: the bases of the moment-matched reset's rows (RL[K]-MMPR, each ``K`` of :data:`RUNLENGTH_KS`; LoFi
 #: has no moment match), and the bases timed for them only (step and RL[K]-PR rows, for comparison)
 RUNLENGTH_MM_BASES = ("EKF full", "EKF vd", "HiLoFi r10")

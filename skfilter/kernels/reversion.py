@@ -3,8 +3,9 @@
 Alg. 10, eq. 3.58; eqs. 3.14, 3.43–3.45; spec/bocd.md), equal to the engine's step to rounding.
 
 This module holds the reversion logic every base structure shares and the kernel over LoFi; the
-diagonal (VD/FD-EKF) and full-covariance EKF kernels are in :mod:`skfilter.kernels.reversion_diagonal`
-and :mod:`skfilter.kernels.reversion_full`. Per row, from the hypothesis' belief ``N(μ, Σ)``, its
+diagonal (VD/FD-EKF), full-covariance EKF and factored-covariance (LRKF, HiLoFi, LoLoFi) kernels are
+in :mod:`skfilter.kernels.reversion_diagonal`, :mod:`skfilter.kernels.reversion_full` and
+:mod:`skfilter.kernels.reversion_factored`. Per row, from the hypothesis' belief ``N(μ, Σ)``, its
 noise state and the reference ``N(μ₀, diag(v₀))``, the prior belief ``N(m₀, Σ₀)`` (a hard reset's):
 
 1. the predicted belief ``N(μ⁻, Σ⁻)``: the base filter's dynamics ``μ⁻ = g_b μ``,
@@ -29,7 +30,7 @@ noise state and the reference ``N(μ₀, diag(v₀))``, the prior belief ``N(m�
    ``Q = (1 − g²) v₀``): ``Ῡ = (g² Υ⁻⁻¹ + Q)⁻¹``, ``W̄ = g Ῡ Υ⁻⁻¹ W⁻ chol(C)``,
    ``C⁻¹ = I + W⁻ᵀ Υ⁻⁻¹ Ῡ Q W⁻``, the prior-predictive precision and mean alike;
 6. the row learned from the start by the base filter's step without dynamics, its robust weighting
-   included (:func:`~skfilter.kernels.lofi.lofi_rows`, the diagonal, the full kernel);
+   included (:func:`~skfilter.kernels.lofi.lofi_rows`, the diagonal, the full, the factored kernel);
 7. the bookkeeping (:func:`finish_reversion_row`): run length ``+1`` or 0, evidence, and with
    ``record`` the predictive of the predicted belief, weight 1 (:func:`record_reversion_row`).
 

@@ -813,6 +813,24 @@ def diagonal_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_m
 
 
 @njit(cache=True, nogil=True)
+def factored_copy_into(mean, factors, pending, out_mean, out_factors, out_pending):
+    """A factored belief ``(mean, factors, pending)`` (flat factors) into ``out_*``."""
+    for j in range(mean.shape[0]):
+        out_mean[j] = mean[j]
+    for j in range(factors.shape[0]):
+        out_factors[j] = factors[j]
+    for j in range(pending.shape[0]):
+        out_pending[j] = pending[j]
+
+
+@njit(cache=True, nogil=True)
+def factored_settle(pool_means, pool_factors, pool_pendings, d):
+    """The belief a step wrote into the second half of pool slot ``d`` moved to its first half."""
+    factored_copy_into(pool_means[d, 1], pool_factors[d, 1], pool_pendings[d, 1], pool_means[d, 0],
+                       pool_factors[d, 0], pool_pendings[d, 0])
+
+
+@njit(cache=True, nogil=True)
 def factored_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_means, pool_factors, pool_pendings,
                             pool_noises, pool_scales, prior_mean, prior_factors, prior_pending, positions, starts,
                             fstarts, ranks, kinds, eps, slots, log_weights, run_lengths, counts, n_keep, log_h, log_s,
@@ -830,9 +848,6 @@ def factored_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_m
     prior."""
     n, D = X.shape
     C = Y.shape[1]
-    P = pool_means.shape[2]
-    F = pool_factors.shape[2]
-    n_blocks = pool_pendings.shape[2]
     K_max = slots.shape[0]
     no_noise = np.zeros_like(q_blocks)
     (x1, y1, w1, cand_f, cand_quad, cand_noise, dest, used, log_joint, cand_runs, order, new_slots, new_logw,
@@ -851,9 +866,8 @@ def factored_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_m
             if k < K:
                 src = slots[k]
                 pool_noises[d, :] = pool_noises[src, :]
-                pool_means[d, 0, :] = pool_means[src, 0, :]
-                pool_factors[d, 0, :] = pool_factors[src, 0, :]
-                pool_pendings[d, 0, :] = pool_pendings[src, 0, :]
+                factored_copy_into(pool_means[src, 0], pool_factors[src, 0], pool_pendings[src, 0], pool_means[d, 0],
+                                   pool_factors[d, 0], pool_pendings[d, 0])
                 gk, qk = g, q_blocks
             else:  # the changepoint candidate (no dynamics): the kept slots are still unwritten
                 pool_noises[d, :] = pool_noises[slots[best], :]
@@ -863,9 +877,8 @@ def factored_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_m
                                                positions, starts, fstarts, ranks, kinds, eps, pool_means[d, 0],
                                                pool_factors[d, 0], pool_pendings[d, 0], stack)
                 else:
-                    pool_means[d, 0, :] = prior_mean
-                    pool_factors[d, 0, :] = prior_factors
-                    pool_pendings[d, 0, :] = prior_pending
+                    factored_copy_into(prior_mean, prior_factors, prior_pending, pool_means[d, 0],
+                                       pool_factors[d, 0], pool_pendings[d, 0])
                 gk, qk = 1.0, no_noise
             done, status, cur = factored_rows(x1, y1, w1, has_weights, 1, shapes, offsets, codes, pool_means[d],
                                               pool_factors[d], pool_pendings[d], 0, positions, starts, fstarts, ranks,
@@ -874,12 +887,7 @@ def factored_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_m
                                               cand_noise[k], limit, eps, tiny, pool_scales[d])
             if status != DONE:
                 return row, REDO_STEP
-            for j in range(P):
-                pool_means[d, 0, j] = pool_means[d, 1, j]
-            for j in range(F):
-                pool_factors[d, 0, j] = pool_factors[d, 1, j]
-            for j in range(n_blocks):
-                pool_pendings[d, 0, j] = pool_pendings[d, 1, j]
+            factored_settle(pool_means, pool_factors, pool_pendings, d)
         if not _weigh_and_keep(likelihood, cand_f, cand_quad, cand_noise, y1, w1, has_weights, K, dest, slots,
                                log_weights, run_lengths, counts, n_keep, log_h, log_s, tiny, record, row, rec_f,
                                rec_quad, rec_noise, rec_weights, evidence, log_joint, cand_runs, order, new_slots,
