@@ -278,8 +278,12 @@ def _stream_buffers(structure):
 
 def _keep_for_next_call(kept, belief):
     """Drop the stream buffers ``kept`` holds for the next call when they add up to more than the
-    belief's own size (or :data:`~skfilter._array_ops.MAX_KEPT_BYTES`): an idle estimator keeps at
-    most about twice its belief (a batch of many rows' ``J`` is made again per call instead)."""
+    belief's own size (or :data:`~skfilter._array_ops.MAX_KEPT_BYTES`): these buffers stay within
+    about the belief's size (a batch of many rows' ``J`` is made again per call instead). Large
+    beliefs keep more, to touch no fresh memory from call to call: the spare belief
+    (:data:`SPARE_MIN_BYTES`) and, for LoFi, the arrays of dead beliefs its structure's recycler may
+    hand out again (``LowRankPrecision._recycled_outputs``) — an idle estimator then holds up to about
+    three times its belief besides these buffers."""
     buffers = kept["buffers"]
     held = sum(t.numel() * t.element_size() for t in buffers.values())
     if held > max(MAX_KEPT_BYTES, _belief_bytes(belief)):

@@ -402,8 +402,8 @@ def run_runlength(parts, state: RunLengthState, prior: FilterState, X, Y, sample
     arguments). Returns ``(state, records)``; on any exception the exception carries
     ``last_good_state`` and ``rows_done``, as :func:`skfilter.filtering.run_filter`.
 
-    The rows go to the compiled RL[K]-PR first when it serves the filter
-    (:func:`skfilter.stepping.runlength_plan_for`), in chunks of :data:`~skfilter.stepping.CHUNK_ROWS`
+    The rows go to the compiled run-length kernels first when they serve the filter — RL[K]-PR,
+    RL[K]-MMPR, RL[1]-OUPR* or CPP-OU (:func:`skfilter.stepping.runlength_plan_for`) — in chunks of :data:`~skfilter.stepping.CHUNK_ROWS`
     (progress and interrupts served between them); a row the kernel cannot finish, and every row
     when it does not serve, is a :func:`runlength_step` on the engine, which raises there if it
     must. Both give the same states and records, to rounding (tests/test_runlength_kernels.py)."""

@@ -43,8 +43,6 @@ import abc
 import functools
 import math
 import operator
-import sys
-import threading
 import weakref
 
 import numpy as np

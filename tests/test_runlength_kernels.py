@@ -370,7 +370,8 @@ def test_lofi_has_no_moment_matched_reset_on_either_path():
 #: (``KEEP_GRID``; they rank as tied), and neighbours a few grid steps apart (they do not)
 _NEAR = 2.0 ** -30
 _LOG_WEIGHTS = [-np.inf, -3.0, -1.0, -1.0, 0.0, -2.5, -1.0 + 1e-13, -1.0 - 3e-12, -1.0 + 0.4 * _NEAR,
-                -1.0 + 3 * _NEAR, -1.0 - 2 * _NEAR, np.log(1 / 9), np.log(0.1) + np.log(10 / 9) - 1e-15]
+                -1.0 + 3 * _NEAR, -1.0 - 2 * _NEAR, np.log(1 / 9), np.log(0.1) + np.log(10 / 9) - 1e-15,
+                -2e10, -1e10]  # (far below log ν ≈ −8.6e9 the grid's key would overflow an integer)
 
 
 @settings(max_examples=80, deadline=None)

@@ -4,8 +4,8 @@ Each structure with a kernel has a row loop (``*_rows``: a stream of one belief)
 loop (``*_hypotheses``: one step for a stack of ``K`` beliefs, BOCD's run-length candidates) —
 :mod:`skfilter.kernels.lofi`, :mod:`~skfilter.kernels.diagonal`, :mod:`~skfilter.kernels.full`,
 :mod:`~skfilter.kernels.factored` (LRKF, HiLoFi, LoLoFi) —
-the run-length filter RL[K]-PR over each of them (:mod:`~skfilter.kernels.runlength`) and its
-OU / CPP-OU resets (:mod:`~skfilter.kernels.reversion`, ``reversion_diagonal``, ``reversion_full``,
+the run-length filter RL[K]-PR over each of them and RL[K]-MMPR over all but LoFi
+(:mod:`~skfilter.kernels.runlength`) and its OU / CPP-OU resets (:mod:`~skfilter.kernels.reversion`, ``reversion_diagonal``, ``reversion_full``,
 ``reversion_factored``), over the
 default MLP's fused forward pass and Jacobian (:mod:`~skfilter.kernels.mlp`), the
 likelihoods' noise estimate and whitening (:mod:`~skfilter.kernels.observations`) and the

@@ -224,8 +224,12 @@ def logsumexp(x, n):
 @njit(cache=True, nogil=True)
 def weight_key(log_weight):
     """The log weight on the grid the hypotheses are ranked on, ``⌊log ν · KEEP_GRID + ½⌋``
-    (:data:`KEEP_GRID`): weights within ~1e-9 relative of each other share it. ``−∞`` and NaN stay so."""
-    return math.floor(log_weight * KEEP_GRID + 0.5)
+    (:data:`KEEP_GRID`): weights within ~1e-9 relative of each other share it. A float64 (as the
+    engine's ``_weight_key``: an integer would overflow below ``log ν ≈ −8.6e9``, which a hypothesis
+    meeting a jump far outside a tiny predictive variance reaches); ``−∞`` and NaN stay so. Two
+    weights a few ulps apart can still fall on either side of a grid line (with a probability of
+    about their difference over the grid's step)."""
+    return np.floor(log_weight * KEEP_GRID + 0.5)
 
 
 @njit(cache=True, nogil=True)

@@ -832,7 +832,7 @@ class LowRankPrecision(Structure):
     def _recycled_outputs(self, belief, full_svd):
         """Arrays for the new belief of a single NumPy belief of at least
         :data:`RECYCLE_MIN_BELIEF_BYTES` when no dead workspace is at hand (the second step of a
-        call, whose predecessor is the caller's belief): from this structure's
+        call, whose predecessor is the caller's belief; the first when no spare is left): from this structure's
         :class:`~skfilter._array_ops.Recycler`, which hands out the arrays of a belief it made
         once nothing refers to them any more — typically the one the caller held before the last
         call — so a stream of calls touches no fresh memory (page faults). It keeps the arrays of
