@@ -860,7 +860,7 @@ def factored_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_m
     weights = np.empty(K_max, dtype=np.float64)
     size = 0
     if moment_matched:
-        for b in range(n_blocks):
+        for b in range(ranks.shape[0]):
             size = max(size, K_max * (ranks[b] + 1) * (starts[b + 1] - starts[b]))
     stack = np.empty(size, dtype=pool_means.dtype)
     for row in range(n):
