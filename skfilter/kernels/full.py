@@ -240,20 +240,14 @@ def full_write(cov_src, cov, Vt, m, g2, q, dynamic, same, q_diag):
 
 
 @njit(cache=True, nogil=True, fastmath=FAST)
-def full_write_read(cov_src, diag_src, cov, Vt, m, g2, q, dynamic, same, H, U, mh, zero, q_diag):
-    """:func:`full_write` and, in the same pass, the next step's ``Uᵀ = H Σ'`` of its rows
-    ``H[:mh]`` into ``U[:mh]`` (each row of ``Σ'`` dotted with the rows of ``H`` while it is in
-    cache): one pass over ``Σ`` per step where the write and the next read take two. ``diag_src``
-    (length ``P``, else empty): the source is ``diag(diag_src)`` (``cov_src`` not read). The dot
-    products are those of :func:`~skfilter.kernels.linalg.rows_times_symmetric` (the same loops and
-    ``fastmath`` flags: the same sums, to rounding — LLVM may vectorise them differently in another
-    caller); the write is :func:`_write_row`'s, compiled without them (bit for bit
-    :func:`full_write`)."""
-    P = cov.shape[0]
-    i = 0
-    while i + 4 <= P:
-        for ii in range(i, i + 4):
-            _write_row(cov_src, diag_src, cov, Vt, m, g2, q, dynamic, same, ii, q_diag)
+def read_rows(cov, i, width, H, U, mh, zero):
+    """``U[:mh, i:i + width] = H[:mh] Σ[i:i + width]ᵀ``: the rows ``i … i + width − 1`` of ``Σ``
+    (``cov``, just written and in cache) dotted with the rows of ``H`` — four rows at a time
+    (``width == 4``: one pass over each row of ``H`` for the four), else one by one. The loops and
+    ``fastmath`` flags of :func:`~skfilter.kernels.linalg.rows_times_symmetric` (the same sums, to
+    rounding)."""
+    P = cov.shape[1]
+    if width == 4:
         a0 = cov[i]
         a1 = cov[i + 1]
         a2 = cov[i + 2]
@@ -274,17 +268,42 @@ def full_write_read(cov_src, diag_src, cov, Vt, m, g2, q, dynamic, same, H, U, m
             U[c, i + 1] = s1
             U[c, i + 2] = s2
             U[c, i + 3] = s3
-        i += 4
-    while i < P:
-        _write_row(cov_src, diag_src, cov, Vt, m, g2, q, dynamic, same, i, q_diag)
-        a0 = cov[i]
+        return
+    for ii in range(i, i + width):
+        a0 = cov[ii]
         for c in range(mh):
             h = H[c]
             s0 = zero
             for j in range(P):
                 s0 += a0[j] * h[j]
-            U[c, i] = s0
-        i += 1
+            U[c, ii] = s0
+
+
+@njit(cache=True, nogil=True, fastmath=FAST)
+def write_read_rows(cov_src, diag_src, cov, Vt, m, g2, q, dynamic, same, H, U, mh, zero, q_diag, i, width):
+    """The rows ``i … i + width − 1`` of :func:`full_write_read`: their write (:func:`_write_row`),
+    then their dot products with ``H[:mh]`` into ``U[:mh]`` (:func:`read_rows`) while in cache."""
+    for ii in range(i, i + width):
+        _write_row(cov_src, diag_src, cov, Vt, m, g2, q, dynamic, same, ii, q_diag)
+    read_rows(cov, i, width, H, U, mh, zero)
+
+
+@njit(cache=True, nogil=True, fastmath=FAST)
+def full_write_read(cov_src, diag_src, cov, Vt, m, g2, q, dynamic, same, H, U, mh, zero, q_diag):
+    """:func:`full_write` and, in the same pass, the next step's ``Uᵀ = H Σ'`` of its rows
+    ``H[:mh]`` into ``U[:mh]`` (each row of ``Σ'`` dotted with the rows of ``H`` while it is in
+    cache): one pass over ``Σ`` per step where the write and the next read take two. ``diag_src``
+    (length ``P``, else empty): the source is ``diag(diag_src)`` (``cov_src`` not read). The dot
+    products are those of :func:`~skfilter.kernels.linalg.rows_times_symmetric` (the same loops and
+    ``fastmath`` flags: the same sums, to rounding — LLVM may vectorise them differently in another
+    caller); the write is :func:`_write_row`'s, compiled without them (bit for bit
+    :func:`full_write`). Four rows at a time (:func:`write_read_rows`)."""
+    P = cov.shape[0]
+    i = 0
+    while i < P:
+        width = min(4, P - i)
+        write_read_rows(cov_src, diag_src, cov, Vt, m, g2, q, dynamic, same, H, U, mh, zero, q_diag, i, width)
+        i += width
 
 
 @njit(cache=True, nogil=True, fastmath=FAST)

@@ -32,7 +32,8 @@ Over the full EKF (:func:`full_runlength_rows`) a ``P × P`` covariance is too l
 a candidate that may be dropped: every candidate is checked first and only the kept ones are
 written, each hypothesis in place in its own slot (``K + 1`` slots), with the next row's read of
 ``Σ`` in the same pass. Its moment-matched changepoint prior is written (with its ``J Σ̄``) into the
-one slot no hypothesis holds, and updated there in place when kept.
+one slot no hypothesis holds, and updated there in place when kept; within a call it is built while
+the previous row writes the kept covariances, in the same pass (:func:`full_write_read_match`).
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ from .linalg import cholesky_into, solve_lower
 from .observations import MOMENT_MATCHED_LIKELIHOOD, robust_step_weights
 from .diagonal import diagonal_rows
 from .factored import CHOLESKY, CHOLESKY_EXACT_NOISE, best_rank_into, block_view, factored_rows, qr_factor_into
-from .full import full_linearise, full_solve, full_step_buffers, full_write, full_write_read
+from .full import (full_linearise, full_solve, full_step_buffers, full_write, full_write_read, read_rows,
+                   write_read_rows)
 from .lofi import DONE, REDO_STEP, lofi_rows
 
 #: likelihood codes (:data:`~skfilter.kernels.observations.LIKELIHOOD_CODES`)
@@ -336,40 +338,118 @@ def moment_matched_mean_into(means, slots, weights, K, g, mean_out):
 
 
 @njit(cache=True, nogil=True)
-def full_moment_match_into(means, covs, slots, weights, K, g, q, mean, spread, out, H, U, mh):
-    """RL-MMPR's changepoint prior over the full covariance (thesis eqs. 3.56–3.57,
-    :meth:`skfilter.posteriors.FullCovariance.moment_match`): with the mixture's mean ``μ̄``
-    (``mean``, :func:`moment_matched_mean_into`) and ``d_k = g μ_k − μ̄`` (into ``spread (≥ K, P)``),
-    ``Σ̄ = Σ_k w_k (g² Σ_k + q I + d_k d_kᵀ)`` of the hypotheses' *predicted* beliefs (slots ``slots``
-    of ``means``, ``covs (S, P, P)``) into ``out``, and in the same pass ``U[:mh] = H[:mh] Σ̄`` (the
-    next step's ``J Σ̄``, each row of ``Σ̄`` dotted with ``H`` while in cache): one pass reading the
-    ``K`` covariances row by row and writing ``Σ̄`` — no hypothesis' belief is copied."""
-    P = out.shape[0]
-    g2 = g * g
+def _spreads_into(means, slots, K, g, mean, spread):
+    """``d_k = g μ_k − μ̄`` of the slots ``slots`` of ``means (S, P)`` into ``spread[:K]`` (``mean``:
+    ``μ̄``, :func:`moment_matched_mean_into`)."""
     for k in range(K):
-        for j in range(P):
-            spread[k, j] = g * means[slots[k], j] - mean[j]
-    for i in range(P):
-        row = out[i]
+        src = means[slots[k]]
+        dk = spread[k]
+        for j in range(mean.shape[0]):
+            dk[j] = g * src[j] - mean[j]
+
+
+@njit(cache=True, nogil=True)
+def _match_rows(covs, slots, weights, K, g2, q, spread, out, H, U, mh, zero, i, width):
+    """The rows ``i … i + width − 1`` of ``Σ̄ = Σ_k w_k (g² Σ_k + q I + d_k d_kᵀ)`` (thesis eq. 3.57
+    over the predicted beliefs ``Σ_k⁻ = g² Σ_k + q I``; ``Σ_k`` the slots ``slots`` of
+    ``covs (S, P, P)``, ``d_k`` the rows of ``spread``) into ``out``, and their dot products with
+    ``H[:mh]`` into ``U[:mh]`` (:func:`~skfilter.kernels.full.read_rows`): ``J Σ̄``. Row ``r`` of
+    ``Σ̄`` is ``q e_r + Σ_k (w_k g²) Σ_k[r] + (w_k d_k[r]) d_k``, summed two hypotheses at a time (the
+    second of an odd ``K`` with weight 0: the same sums) and, with ``width == 4``, for the four rows
+    in one pass: each ``d_k`` loaded once for the four, each row of ``Σ̄`` loaded and stored once per
+    two hypotheses."""
+    P = out.shape[0]
+    for r in range(i, i + width):
+        row = out[r]
         for j in range(P):
             row[j] = 0.0
-        for k in range(K):
-            a = weights[k] * g2
-            src = covs[slots[k], i]
+        row[r] = q
+    for k in range(0, K, 2):
+        k1 = k + 1 if k + 1 < K else k
+        w0 = weights[k]
+        w1 = weights[k1] if k + 1 < K else 0.0
+        a0, a1 = w0 * g2, w1 * g2
+        S0, S1 = covs[slots[k]], covs[slots[k1]]
+        d0, d1 = spread[k], spread[k1]
+        if width == 4:
+            r0, r1, r2, r3 = out[i], out[i + 1], out[i + 2], out[i + 3]
+            s00, s01, s02, s03 = S0[i], S0[i + 1], S0[i + 2], S0[i + 3]
+            s10, s11, s12, s13 = S1[i], S1[i + 1], S1[i + 2], S1[i + 3]
+            b00, b01, b02, b03 = w0 * d0[i], w0 * d0[i + 1], w0 * d0[i + 2], w0 * d0[i + 3]
+            b10, b11, b12, b13 = w1 * d1[i], w1 * d1[i + 1], w1 * d1[i + 2], w1 * d1[i + 3]
             for j in range(P):
-                row[j] += a * src[j]
-        for k in range(K):
-            a = weights[k] * spread[k, i]
-            dk = spread[k]
-            for j in range(P):
-                row[j] += a * dk[j]
-        row[i] += q
-        for c in range(mh):
-            h = H[c]
-            t = 0.0
-            for j in range(P):
-                t += row[j] * h[j]
-            U[c, i] = t
+                x0 = d0[j]
+                x1 = d1[j]
+                r0[j] += (a0 * s00[j] + b00 * x0) + (a1 * s10[j] + b10 * x1)
+                r1[j] += (a0 * s01[j] + b01 * x0) + (a1 * s11[j] + b11 * x1)
+                r2[j] += (a0 * s02[j] + b02 * x0) + (a1 * s12[j] + b12 * x1)
+                r3[j] += (a0 * s03[j] + b03 * x0) + (a1 * s13[j] + b13 * x1)
+        else:
+            for r in range(i, i + width):
+                row, s0, s1 = out[r], S0[r], S1[r]
+                b0, b1 = w0 * d0[r], w1 * d1[r]
+                for j in range(P):
+                    row[j] += (a0 * s0[j] + b0 * d0[j]) + (a1 * s1[j] + b1 * d1[j])
+    read_rows(out, i, width, H, U, mh, zero)
+
+
+@njit(cache=True, nogil=True)
+def full_moment_match_into(means, covs, slots, weights, K, g, q, mean, spread, out, H, U, mh, zero):
+    """RL-MMPR's changepoint prior over the full covariance (thesis eqs. 3.56–3.57,
+    :meth:`skfilter.posteriors.FullCovariance.moment_match`): with the mixture's mean
+    ``μ̄ = Σ_k w_k g μ_k`` (``mean``, :func:`moment_matched_mean_into`) and ``d_k = g μ_k − μ̄`` (into
+    ``spread (≥ K, P)``), ``Σ̄ = Σ_k w_k (g² Σ_k + q I + d_k d_kᵀ)`` of the hypotheses' *predicted*
+    beliefs ``N(g μ_k, g² Σ_k + q I)`` (slots ``slots`` of ``means``, ``covs (S, P, P)``) into
+    ``out``, and in the same pass ``U[:mh] = H[:mh] Σ̄`` (the next step's ``J Σ̄``, each row of ``Σ̄``
+    dotted with ``H`` while in cache; :func:`_match_rows`, four rows at a time): one pass reading the
+    ``K`` covariances and writing ``Σ̄`` — no hypothesis' belief is copied. (Within a call,
+    :func:`full_write_read_match` builds it while the covariances are written instead.)"""
+    P = out.shape[0]
+    _spreads_into(means, slots, K, g, mean, spread)
+    i = 0
+    while i < P:
+        width = min(4, P - i)
+        _match_rows(covs, slots, weights, K, g * g, q, spread, out, H, U, mh, zero, i, width)
+        i += width
+
+
+@njit(cache=True, nogil=True)
+def full_write_read_match(covs, Vs, writes, n_writes, m, g2, q, dynamic, next_H, next_U, zero, slots, weights, K,
+                          spread, free):
+    """Phase 3 of a row of :func:`full_runlength_rows` fused with the next row's moment match, one
+    pass over the pool, four rows at a time: for each write ``(k, source, destination, moves)`` of
+    ``writes[:n_writes]`` the rows of ``Σ' = g² Σ + q I − V Vᵀ`` (``V = Vs[k]``; the dynamics only when
+    ``moves``, else ``Σ' = Σ − V Vᵀ``) from the source slot into the destination slot and their
+    ``J Σ'`` (:func:`~skfilter.kernels.full.write_read_rows`, as :func:`~skfilter.kernels.full.full_write_read`
+    with ``next_H``, ``next_U`` of the destination), then, from those rows while they are in cache,
+    the same rows of the next row's matched prior (thesis eqs. 3.56–3.57)::
+
+        Σ̄ = Σ_k w_k (g² Σ_k' + q I + d_k d_kᵀ),   d_k = g μ_k' − μ̄,   μ̄ = Σ_k w_k g μ_k'
+
+    of the ``K`` kept posteriors ``Σ_k'`` just written (slots ``slots``, weights ``w``: the kept
+    hypotheses' normalised posterior weights, the next row's ``softmax(log ν)``; ``d_k`` in
+    ``spread``) into the slot ``free`` that no kept hypothesis holds, with its ``J Σ̄``
+    (``next_H[free]`` into ``next_U[free]``; :func:`_match_rows`) — the numbers of
+    :func:`full_moment_match_into` at the start of the next row, without its pass over the ``K``
+    covariances. A write whose source is another slot (the changepoint candidate's with one
+    hypothesis) comes before the write of that slot (``writes`` in that order): row ``i`` of a write
+    reads row ``i`` of its source only."""
+    P = covs.shape[1]
+    no_diag = np.empty(0, dtype=covs.dtype)
+    out = covs[free]
+    i = 0
+    while i < P:
+        width = min(4, P - i)
+        for w in range(n_writes):
+            src, d = writes[w, 1], writes[w, 2]
+            if writes[w, 3] != 0:
+                g2w, qw, dyn = g2, q, dynamic
+            else:
+                g2w, qw, dyn = 1.0, 0.0, False
+            write_read_rows(covs[src], no_diag, covs[d], Vs[writes[w, 0]], m, g2w, qw, dyn, src == d, next_H[d],
+                            next_U[d], m, zero, no_diag, i, width)
+        _match_rows(covs, slots, weights, K, g2, q, spread, out, next_H[free], next_U[free], m, zero, i, width)
+        i += width
 
 
 @njit(cache=True, nogil=True)
@@ -598,12 +678,19 @@ def full_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_means
        its ``Σ`` per row (the first row of a call, two).
 
     With ``moment_matched`` (RL[K]-MMPR, thesis Alg. 9) the changepoint candidate starts from the
-    moment-matched mixture of the kept hypotheses' predicted beliefs: phase 1 writes it into the slot
-    no hypothesis holds (:func:`full_moment_match_into`, one pass over the ``K`` covariances that also
-    takes its ``J Σ̄``), and phase 3 updates it there in place — a hypothesis' ``Σ`` is read once more
-    per row and never copied. With one hypothesis the matched prior is that hypothesis' predicted
-    belief (``w = 1``, ``d = 0``: the engine's numbers exactly), so the changepoint candidate takes the
-    hypothesis' step, written from its slot (in place when the hypothesis is dropped).
+    moment-matched mixture of the kept hypotheses' predicted beliefs (eqs. 3.56–3.57,
+    ``Σ̄ = Σ_k w_k (g² Σ_k + q I + d_k d_kᵀ)``), in the slot no hypothesis holds, and phase 3 updates it
+    there in place. Its weights ``w = softmax(log ν)`` are the kept hypotheses' normalised weights
+    after the previous row's phase 2 and its ``Σ_k`` the posteriors that row's phase 3 writes, so
+    when another row follows phase 3 builds the next row's ``Σ̄`` (and its ``J Σ̄``) in the same pass
+    as it writes them (:func:`full_write_read_match`, four rows of every kept ``Σ_k`` then of ``Σ̄``
+    at a time): a hypothesis' ``Σ`` is read and written once per row, as under RL[K]-PR, and never
+    copied. The first row of a call builds it in phase 1 instead (:func:`full_moment_match_into`,
+    one pass over the ``K`` covariances, the same numbers); a row handed back leaves the kept slots as
+    they were (``Σ̄`` is in the free slot only). With one hypothesis the matched prior is that
+    hypothesis' predicted belief (``w = 1``, ``d = 0``: the engine's numbers exactly), so the
+    changepoint candidate takes the hypothesis' step, written from its slot (in place when the
+    hypothesis is dropped).
 
     The values are those of :func:`~skfilter.kernels.full.full_rows_from` step by step (same
     operations in the same order)."""
@@ -634,6 +721,8 @@ def full_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_means
     no_diag = np.empty(0, dtype=dt)
     weights = np.empty(K_max, dtype=np.float64)
     spread = np.empty((K_max if moment_matched else 0, P), dtype=dt)
+    # phase 3: (candidate, source slot or −1, slot, 1: with the dynamics)
+    writes = np.empty((K_max + 1, 4), dtype=np.int64)
     prior_d = np.empty(P if prior_diagonal else 0, dtype=dt)
     for j in range(prior_d.shape[0]):
         prior_d[j] = prior_cov[j, j]
@@ -684,15 +773,20 @@ def full_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_means
                 cand_state[k, :] = pool_noises[slots[best], :]
                 g2k, qk = 1.0, 0.0
                 pk, Fk, Hk, Uk = predicted, F, H, Ut
-                if moment_matched:  # from the matched mixture, written into the free slot with its J Σ̄
-                    mixture_weights(log_weights, K, weights)
-                    moment_matched_mean_into(pool_means, slots, weights, K, g, pk)
-                    full_linearise(pk, 1.0, x1, 0, 1, shapes, offsets, codes, acts, pre, delta, scratch, pk, Fk, Hk)
+                if moment_matched:  # from the matched mixture in the free slot, with its J Σ̄
                     cov_src = pool_covs[dest[K]]
-                    full_moment_match_into(pool_means, pool_covs, slots, weights, K, g, q, pk, spread, cov_src, Hk,
-                                           Uk, C)
-                    ready[dest[K]] = False
                     read = False
+                    if ready[dest[K]]:  # built by the previous row's writes (full_write_read_match)
+                        f = dest[K]
+                        pk, Fk, Hk, Uk = next_pred[f], next_F[f], next_H[f], next_U[f]
+                    else:  # the first row of the call: a pass of its own over the K covariances
+                        mixture_weights(log_weights, K, weights)
+                        moment_matched_mean_into(pool_means, slots, weights, K, g, pk)
+                        full_linearise(pk, 1.0, x1, 0, 1, shapes, offsets, codes, acts, pre, delta, scratch, pk, Fk,
+                                       Hk)
+                        full_moment_match_into(pool_means, pool_covs, slots, weights, K, g, q, pk, spread, cov_src,
+                                               Hk, Uk, C, zero)
+                    ready[dest[K]] = False
                 else:  # from the prior
                     cov_src = prior_cov
                     full_linearise(prior_mean, 1.0, x1, 0, 1, shapes, offsets, codes, acts, pre, delta, scratch, pk,
@@ -723,35 +817,68 @@ def full_runlength_rows(X, Y, w, has_weights, shapes, offsets, codes, pool_means
                     order[i2] = order[i2 - 1]
                 order[0] = K
                 break
-        for i in range(counts[0]):
+        kept = counts[0]
+        more = row + 1 < n
+        for i in range(kept):
             k = order[i]
             d = dest[k]
-            diag_src = no_diag
             if k < K:
-                cov_src = pool_covs[d]
-                same, g2k, qk, dyn = True, g2, q, dynamic
+                src, moves = d, 1
             elif single:  # the hypothesis' predicted belief: from its slot (in place when it is dropped)
-                cov_src = pool_covs[dest[0]]
-                same, g2k, qk, dyn = d == dest[0], g2, q, dynamic
+                src, moves = dest[0], 1
             elif moment_matched:  # the matched prior is in its slot: in place
-                cov_src = pool_covs[d]
-                same, g2k, qk, dyn = True, 1.0, 0.0, False
-            else:
-                cov_src = prior_cov
-                same, g2k, qk, dyn = False, 1.0, 0.0, False
-                if prior_diagonal:
-                    diag_src = prior_d
+                src, moves = d, 0
+            else:  # from the prior
+                src, moves = -1, 0
+            writes[i, 0] = k
+            writes[i, 1] = src
+            writes[i, 2] = d
+            writes[i, 3] = moves
             pool_means[d, :] = cand_mean[k]
             pool_noises[d, :] = cand_state[k]
             pool_scales[d, :] = cand_scale[k]
-            if row + 1 < n:
+            if more:
                 full_linearise(pool_means[d], g, X, row + 1, 1, shapes, offsets, codes, acts, pre, delta, scratch,
                                next_pred[d], next_F[d], next_H[d])
-                full_write_read(cov_src, diag_src, pool_covs[d], cand_V[k], C, g2k, qk, dyn, same, next_H[d],
-                                next_U[d], C, zero, no_diag)
                 ready[d] = True
+        if more and moment_matched and kept > 1:
+            # the next row's matched prior, built while the kept posteriors are written: its weights
+            # (the kept ones' normalised posterior weights), mean, spreads and linearisation now,
+            # its Σ̄ and J Σ̄ in the pass, into the slot the next row finds free
+            for s in range(S_slots):
+                used[s] = False
+            for i in range(kept):
+                used[slots[i]] = True
+            f = 0
+            while used[f]:
+                f += 1
+            mixture_weights(log_weights, kept, weights)
+            moment_matched_mean_into(pool_means, slots, weights, kept, g, next_pred[f])
+            _spreads_into(pool_means, slots, kept, g, next_pred[f], spread)
+            full_linearise(next_pred[f], 1.0, X, row + 1, 1, shapes, offsets, codes, acts, pre, delta, scratch,
+                           next_pred[f], next_F[f], next_H[f])
+            full_write_read_match(pool_covs, cand_V, writes, kept, C, g2, q, dynamic, next_H, next_U, zero, slots,
+                                  weights, kept, spread, f)
+            ready[f] = True
+            continue
+        for i in range(kept):
+            k, src, d, moves = writes[i, 0], writes[i, 1], writes[i, 2], writes[i, 3]
+            diag_src = no_diag
+            if src < 0:
+                cov_src = prior_cov
+                if prior_diagonal:
+                    diag_src = prior_d
             else:
-                full_write(cov_src, pool_covs[d], cand_V[k], C, g2k, qk, dyn, same, no_diag)
+                cov_src = pool_covs[src]
+            if moves != 0:
+                g2k, qk, dyn = g2, q, dynamic
+            else:
+                g2k, qk, dyn = 1.0, 0.0, False
+            if more:
+                full_write_read(cov_src, diag_src, pool_covs[d], cand_V[k], C, g2k, qk, dyn, src == d, next_H[d],
+                                next_U[d], C, zero, no_diag)
+            else:
+                full_write(cov_src, pool_covs[d], cand_V[k], C, g2k, qk, dyn, src == d, no_diag)
     return n, DONE
 
 
