@@ -240,7 +240,7 @@ def test_full_ekf_stiff_row_is_handed_to_the_engine():
             assert stepping.handed_back() > before
     (ref, msg_ref), (est, msg) = outcomes
     assert msg == msg_ref
-    _assert_same_mixture(est, ref, rtol=1e-8, factor_grams=base == "hilofi")
+    _assert_same_mixture(est, ref, rtol=1e-8)
 
 
 def test_full_ekf_diagonal_prior_shortcut_is_the_general_path(monkeypatch):
