@@ -199,13 +199,18 @@ def _second_pass_by_rows(passes, Vt, coef, mean, diagonal, new_mean, new_low_ran
     LoFi, which drops it) need no second product. ``mass``: a ``(c,)`` temporary."""
     L, k = passes.L, passes.k
     m = k - L
-    head = np.ascontiguousarray(Vt[:L])
-    tail = np.concatenate([Vt[L:], coef.T])  # ((m + 1), k): the dropped rows, then the mean's
+    t = torch.from_numpy
+    head = t(np.ascontiguousarray(Vt[:L]))
+    tail = t(np.concatenate([Vt[L:], coef.T]))  # ((m + 1), k): the dropped rows, then the mean's
     for s, e in passes.spans:
         Fc, blk = passes.fill(s, e, scale=False)  # S's columns s:e in the block's last k rows
         n = e - s
-        np.matmul(head, Fc, out=new_low_rank[:, s:e])
-        r = np.matmul(tail, Fc, out=blk[:m + 1])  # (L ≥ 1: clear of the last k rows)
+        # the products through torch's BLAS (these short-and-wide shapes: 0.4–0.75× NumPy's time,
+        # measured in both dtypes), on views of the same memory
+        Fc_t = t(Fc)
+        torch.matmul(head, Fc_t, out=t(new_low_rank[:, s:e]))
+        r = blk[:m + 1]  # (L ≥ 1: clear of the last k rows)
+        torch.matmul(tail, Fc_t, out=t(r))
         if passes.per_param:
             shift = np.divide(r[m], diagonal[s:e], out=mass[:n])
         else:
