@@ -218,14 +218,10 @@ def test_stiff_row_is_handed_to_the_engine():
     _assert_same_mixture(est, ref, rtol=1e-8)
 
 
-def test_full_ekf_stiff_row_is_handed_to_the_engine():
-    """Over the full EKF (candidates checked before any belief is written, kept ones updated in
-    place): the kernel stops before a stiff row with the mixture as it was, the engine does that row
-    (or raises as it does on its own) and the kernel goes on after it."""
-    X, y = _stream("regression", n=50)
-    X[25] = 1e7
-    make = lambda: BOCDRegressor(EKFRegressor(hidden_layer_sizes=(5,), obs_variance=0.01,  # noqa: E731
-                                              prior_variance=1.0, random_state=0), n_hypotheses=3, hazard=0.05)
+def _stiff_row_outcomes(make, X, y):
+    """Fit ``make()`` on the engine and on the kernels (which must hand at least one row back); both
+    end alike — learned, or with the same error — and the two estimators are returned
+    ``(kernels, engine)`` for the caller to compare their mixtures."""
     outcomes = []
     for on in (False, True):
         est = make()
@@ -240,6 +236,18 @@ def test_full_ekf_stiff_row_is_handed_to_the_engine():
             assert stepping.handed_back() > before
     (ref, msg_ref), (est, msg) = outcomes
     assert msg == msg_ref
+    return est, ref
+
+
+def test_full_ekf_stiff_row_is_handed_to_the_engine():
+    """Over the full EKF (candidates checked before any belief is written, kept ones updated in
+    place): the kernel stops before a stiff row with the mixture as it was, the engine does that row
+    (or raises as it does on its own) and the kernel goes on after it."""
+    X, y = _stream("regression", n=50)
+    X[25] = 1e7
+    make = lambda: BOCDRegressor(EKFRegressor(hidden_layer_sizes=(5,), obs_variance=0.01,  # noqa: E731
+                                              prior_variance=1.0, random_state=0), n_hypotheses=3, hazard=0.05)
+    est, ref = _stiff_row_outcomes(make, X, y)
     _assert_same_mixture(est, ref, rtol=1e-8)
 
 
@@ -682,20 +690,7 @@ def test_reversion_over_the_ekfs_stiff_row_and_failure_keep_the_state(base):
     X, y = _stream("regression", n=50)
     X[25] = 1e7
     make = _reversion(base, reset="ou", threshold=0.5, obs_variance=0.01, prior_variance=1.0)
-    outcomes = []
-    for on in (False, True):
-        est = make()
-        before = stepping.handed_back()
-        with compiled_kernels(on):
-            try:
-                est.fit(X, y)
-                outcomes.append((est, None))
-            except FilterStepError as exc:
-                outcomes.append((est, str(exc)))
-        if on:
-            assert stepping.handed_back() > before
-    (ref, msg_ref), (est, msg) = outcomes
-    assert msg == msg_ref
+    est, ref = _stiff_row_outcomes(make, X, y)
     _assert_same_mixture(est, ref, rtol=1e-8, factor_grams=base == "hilofi")
     est = make().fit(X[:20], y[:20])
     n0 = est.runlength_state_.filter.n_seen
@@ -739,20 +734,8 @@ def test_moment_matched_reset_stiff_row_is_handed_to_the_engine(base):
     (or raises as it does on its own) and the kernel goes on after it."""
     X, y = _stream("regression", n=40)
     X[20] = 1e7
-    outcomes = []
-    for on in (False, True):
-        est = _mm_estimator(base, "regression", 3, obs_variance=0.01, prior_variance=1.0)
-        before = stepping.handed_back()
-        with compiled_kernels(on):
-            try:
-                est.fit(X, y)
-                outcomes.append((est, None))
-            except FilterStepError as exc:
-                outcomes.append((est, str(exc)))
-        if on:
-            assert stepping.handed_back() > before
-    (ref, msg_ref), (est, msg) = outcomes
-    assert msg == msg_ref
+    est, ref = _stiff_row_outcomes(lambda: _mm_estimator(base, "regression", 3, obs_variance=0.01,
+                                                         prior_variance=1.0), X, y)
     _assert_same_mixture(est, ref, rtol=1e-8)
 
 
